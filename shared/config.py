@@ -1,0 +1,483 @@
+"""The run config: one TOML file describes a whole run, every process of it.
+
+Each section is a frozen dataclass whose fields are declared with :func:`option`,
+which records the field's documentation and its allowed values next to its
+default. Loading validates everything: unknown sections or keys, wrong types and
+out-of-range values fail with a :class:`ConfigError` naming the key and what is
+allowed. Every entry point parses ``--config PATH`` and repeated
+``--set section.key=value`` the same way, through :func:`add_config_args` and
+:func:`config_from_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+_DOC, _CHOICES, _RANGE = "doc", "choices", "range"
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded; the message names the key and the allowed values."""
+
+
+def option(
+    default: Any,
+    doc: str,
+    *,
+    ge: float | None = None,
+    le: float | None = None,
+    gt: float | None = None,
+) -> Any:
+    """Declare a config field: its default, what it means, and its numeric bounds."""
+    meta = {_DOC: doc, _RANGE: (ge, le, gt)}
+    if isinstance(default, list | dict):
+        raise TypeError("use tuples for sequence defaults: configs are immutable")
+    return field(default=default, metadata=meta)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The local mini-web (``python -m rollout.web``), or an external site."""
+
+    host: str = option("127.0.0.1", "Address the local web binds to; loopback by default.")
+    port: int = option(8900, "Port of the local web; 0 picks a free port.", ge=0, le=65535)
+    url: str | None = option(
+        None, "Base URL of an already running web; unset starts the local web as a child."
+    )
+    cache_dir: str = option(
+        ".cache/web", "Where the built site and its search index are cached between starts."
+    )
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """The search backend the api mode calls."""
+
+    url: str | None = option(
+        None, "A search endpoint returning the local web's JSON; unset uses the local web."
+    )
+    top_k: int = option(10, "Results per search.", ge=1, le=100)
+    timeout_s: float = option(5.0, "Timeout of one search request.", gt=0)
+    retries: int = option(2, "Retries of a failed search request.", ge=0, le=10)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The browser environment wrapper."""
+
+    mode: Literal["api", "playwright", "som"] = option(
+        "api", "Action space: search API, full Playwright browser, or Set-of-Mark."
+    )
+    max_steps: int = option(30, "Steps before an episode is truncated.", ge=1, le=1000)
+    action_timeout_s: float = option(10.0, "Timeout of one action.", gt=0, le=600)
+    observation_chars: int = option(
+        4000, "Budget of page text shown per observation.", ge=100, le=1_000_000
+    )
+    allowed_hosts: tuple[str, ...] = option(
+        ("127.0.0.1", "localhost"), "Hosts an agent may visit (scheme must be http or https)."
+    )
+    screenshots: bool = option(False, "Attach a screenshot to som observations.")
+    browser_path: str = option(
+        "/usr/bin/chromium-headless-shell", "Chromium executable Playwright launches."
+    )
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """The rollout sidecar (``python -m rollout.serve``) and its engine."""
+
+    host: str = option("127.0.0.1", "Address the sidecar binds to; loopback by default.")
+    port: int = option(8901, "Port of the sidecar; 0 picks a free port.", ge=0, le=65535)
+    urls: tuple[str, ...] = option(
+        (), "Sidecars the learner pulls from; empty starts one locally as a child."
+    )
+    group_size: int = option(8, "Samples per task (G in GRPO).", ge=2, le=1024)
+    max_concurrent_episodes: int = option(16, "Episodes running at once.", ge=1, le=4096)
+    max_retries: int = option(
+        2, "Reruns of an episode that ended in infra_error before its group is dropped.", ge=0
+    )
+    browsers: int = option(2, "Browser processes in the pool.", ge=1, le=256)
+    contexts_per_browser: int = option(8, "Episodes one browser hosts at once.", ge=1, le=256)
+    recycle_after: int = option(200, "Contexts a browser serves before it is replaced.", ge=1)
+    buffer_dir: str = option("buffer", "Finished groups, persisted (relative to the run dir).")
+    buffer_max_groups: int = option(
+        64, "Finished groups kept before new episodes wait (backpressure).", ge=1
+    )
+    max_policy_lag: int = option(
+        2, "Groups generated more than this many versions ago are dropped.", ge=0
+    )
+    policy: Literal["model", "oracle", "noisy_oracle"] = option(
+        "model", "Who acts: the model through the inference servers, or a scripted policy."
+    )
+    split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
+    task_types: tuple[str, ...] = option(
+        ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."
+    )
+    auth_token: str | None = option(
+        None, "Bearer token every sidecar request must carry; unset accepts any."
+    )
+    max_request_bytes: int = option(1 << 20, "Largest request body accepted.", ge=1024)
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """The inference servers speaking SGLang's HTTP API."""
+
+    backend: Literal["embedded", "sglang"] = option(
+        "embedded", "`embedded` starts `python -m learner.serve`; `sglang` uses `urls`."
+    )
+    urls: tuple[str, ...] = option((), "Inference servers; empty starts one locally.")
+    host: str = option("127.0.0.1", "Address the embedded server binds to.")
+    port: int = option(8902, "Port of the embedded server; 0 picks a free port.", ge=0, le=65535)
+    temperature: float = option(1.0, "Sampling temperature.", ge=0, le=10)
+    top_p: float = option(1.0, "Nucleus sampling mass.", gt=0, le=1)
+    top_k: int = option(-1, "Top-k sampling; -1 disables it.", ge=-1)
+    max_new_tokens: int = option(64, "Tokens generated per action.", ge=1)
+    max_context_tokens: int = option(1024, "Episode length in tokens; longer is truncated.", ge=16)
+    observation_tokens: int = option(256, "Token budget of one observation.", ge=8)
+    timeout_s: float = option(60.0, "Timeout of one generate request.", gt=0)
+    retries: int = option(3, "Retries of a request on connection errors.", ge=0, le=20)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """GRPO and the optimiser."""
+
+    model: str = option("tiny", "`tiny` (built-in config) or a Hugging Face checkpoint directory.")
+    steps: int = option(200, "Optimiser steps to run.", ge=0)
+    groups_per_step: int = option(16, "GRPO groups per optimiser step.", ge=1)
+    learning_rate: float = option(1e-4, "Peak learning rate.", gt=0, le=1)
+    warmup_steps: int = option(10, "Linear warm-up steps.", ge=0)
+    weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    grad_clip: float = option(1.0, "Global gradient-norm clip; 0 disables it.", ge=0)
+    clip_eps_low: float = option(0.2, "PPO ratio clip below 1.", ge=0, le=1)
+    clip_eps_high: float = option(0.2, "PPO ratio clip above 1 (clip-higher).", ge=0, le=10)
+    kl_coef: float = option(0.0, "k3 KL coefficient to a frozen reference; 0 keeps none.", ge=0)
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "constant"] = option(
+        "token_mean", "How token losses are aggregated."
+    )
+    scale_rewards: bool = option(True, "Divide advantages by the group std (off: Dr. GRPO).")
+    tis_cap: float = option(
+        2.0, "Cap of the truncated importance weight rollout vs learner; 0 disables.", ge=0
+    )
+    max_staleness: int = option(2, "Policy versions a token may lag behind.", ge=0)
+    length_buckets: tuple[int, ...] = option(
+        (256, 512, 1024), "Padded sequence lengths batches are packed into."
+    )
+    param_dtype: Literal["float32", "bfloat16"] = option("float32", "Parameter dtype.")
+    compute_dtype: Literal["float32", "bfloat16"] = option("float32", "Compute dtype.")
+    eval_every: int = option(50, "Steps between dev-split evaluations; 0 disables.", ge=0)
+    seed: int = option(0, "Seed of the learner's PRNG.", ge=0)
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """Devices and processes."""
+
+    data: int = option(-1, "Data-parallel axis size; -1 takes the remaining devices.", ge=-1)
+    fsdp: int = option(1, "Fully-sharded data-parallel axis size.", ge=-1)
+    tensor: int = option(1, "Tensor-parallel axis size.", ge=-1)
+    coordinator_address: str | None = option(
+        None, "host:port of process 0 for jax.distributed; unset runs one process."
+    )
+    num_processes: int = option(1, "Learner processes in the run.", ge=1)
+    process_id: int = option(0, "This process's index.", ge=0)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Orbax checkpoints and Hugging Face exports."""
+
+    dir: str = option("checkpoints", "Checkpoint directory (relative to the run dir).")
+    every_steps: int = option(50, "Steps between saves.", ge=1)
+    max_to_keep: int = option(3, "Committed checkpoints kept.", ge=1)
+    export_hf: Literal["auto", "always", "never"] = option(
+        "auto", "Export safetensors for SGLang: `auto` does when the backend is sglang."
+    )
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Where a run writes and how it shows progress."""
+
+    run_dir: str = option("runs", "Parent of every run's directory.")
+    run_name: str | None = option(None, "Name of this run's directory; unset uses a timestamp.")
+    every_steps: int = option(1, "Steps between metric lines.", ge=1)
+    progress: bool = option(True, "Show a progress bar on a terminal.")
+    level: Literal["debug", "info", "warning", "error"] = option("info", "Log level.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run: every process reads its section of the same file."""
+
+    web: WebConfig = field(default_factory=WebConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+SECTIONS: dict[str, type] = typing.get_type_hints(RunConfig)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
+    """Build a validated :class:`RunConfig` from a parsed TOML document."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of sections")
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown section [{unknown[0]}]; allowed sections: {', '.join(SECTIONS)}"
+        )
+    sections = {}
+    for name, cls in SECTIONS.items():
+        values = data.get(name, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table, got {type(values).__name__}")
+        sections[name] = _build_section(name, cls, values, source)
+    config = RunConfig(**sections)
+    _check_cross_fields(config, source)
+    return config
+
+
+def _check_cross_fields(c: RunConfig, source: str) -> None:
+    """Constraints between keys, named by the key a user would change."""
+    if c.mesh.process_id >= c.mesh.num_processes:
+        raise ConfigError(
+            f"{source}: mesh.process_id = {c.mesh.process_id}: expected a value in "
+            f"[0, {c.mesh.num_processes - 1}] (mesh.num_processes = {c.mesh.num_processes})"
+        )
+    if c.inference.backend == "sglang" and not c.inference.urls:
+        raise ConfigError(
+            f"{source}: inference.urls = []: expected at least one server URL when "
+            "inference.backend = 'sglang'"
+        )
+    buckets = c.learner.length_buckets
+    if not buckets or any(b <= 0 for b in buckets) or list(buckets) != sorted(set(buckets)):
+        raise ConfigError(
+            f"{source}: learner.length_buckets = {list(buckets)}: expected a non-empty, "
+            "strictly increasing list of positive lengths"
+        )
+    if c.inference.observation_tokens >= c.inference.max_context_tokens:
+        raise ConfigError(
+            f"{source}: inference.observation_tokens = {c.inference.observation_tokens}: "
+            f"expected a value below inference.max_context_tokens = "
+            f"{c.inference.max_context_tokens}"
+        )
+
+
+def _build_section(name: str, cls: type, values: dict[str, Any], source: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(
+                f"{source}: unknown key {name}.{key}; allowed keys in [{name}]: {', '.join(fields)}"
+            )
+        kwargs[key] = _coerce(f"{name}.{key}", hints[key], fields[key], value, source)
+    return cls(**kwargs)
+
+
+def _coerce(key: str, hint: Any, f: dataclasses.Field, value: Any, source: str) -> Any:
+    """Check ``value`` against the field's type and bounds; return it in the field's type."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    optional = origin in (typing.Union, types.UnionType) and type(None) in args
+    if optional:
+        if value is None:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(f"{source}: {key} = {value!r}: expected {expected}")
+
+    if origin is Literal:
+        if not isinstance(value, str) or value not in args:
+            raise fail(f"one of {', '.join(map(repr, args))}")
+        return value
+    if origin is tuple:
+        item = args[0]
+        if not isinstance(value, list | tuple):
+            raise fail(f"a list of {item.__name__}")
+        return tuple(_coerce(f"{key}[{i}]", item, f, v, source) for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise fail("an integer")
+    elif hint is float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise fail("a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise fail("a finite number")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise fail("a string")
+        return value
+    else:  # pragma: no cover - a field declared with a type this loader does not know
+        raise TypeError(f"{key}: unsupported config type {hint!r}")
+    ge, le, gt = f.metadata.get(_RANGE, (None, None, None))
+    if (ge is not None and value < ge) or (le is not None and value > le):
+        lo = "-inf" if ge is None else ge
+        hi = "inf" if le is None else le
+        raise fail(f"a value in [{lo}, {hi}]")
+    if gt is not None and value <= gt:
+        hi = f", {le}]" if le is not None else ", inf)"
+        raise fail(f"a value in ({gt}{hi}")
+    return value
+
+
+def load(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Load a TOML file (or the defaults when ``path`` is None) and apply ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: no such config file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    for item in overrides:
+        section, key, value = parse_override(item)
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise ConfigError(f"--set {item}: [{section}] is not a table in {source}")
+        data[section][key] = value
+    return from_dict(data, source=source if not overrides else f"{source} + --set")
+
+
+def parse_override(item: str) -> tuple[str, str, Any]:
+    """``section.key=value`` -> (section, key, value); the value is read as TOML, else a string."""
+    name, sep, raw = item.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not section or not key or "." in key:
+        raise ConfigError(f"--set {item!r}: expected section.key=value, e.g. env.mode=som")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word: `--set env.mode=som`
+    return section, key, value
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def to_dict(config: RunConfig) -> dict[str, dict[str, Any]]:
+    """Plain nested dicts; ``None`` values are left out (TOML has no null)."""
+    out = {}
+    for name in SECTIONS:
+        section = getattr(config, name)
+        out[name] = {
+            f.name: list(v) if isinstance(v, tuple) else v
+            for f in dataclasses.fields(section)
+            if (v := getattr(section, f.name)) is not None
+        }
+    return out
+
+
+def to_toml(config: RunConfig, *, with_docs: bool = False) -> str:
+    """The config as TOML that :func:`load` reads back to an equal config."""
+    lines = []
+    for name, cls in SECTIONS.items():
+        section = getattr(config, name)
+        lines.append(f"[{name}]")
+        for f in dataclasses.fields(cls):
+            value = getattr(section, f.name)
+            if with_docs:
+                lines.append(f"# {f.metadata[_DOC]}")
+            if value is None:
+                if with_docs:
+                    lines.append(f"# {f.name} =")
+                continue
+            lines.append(f"{f.name} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def describe() -> str:
+    """Every section and key with its type, default and meaning (``--help-config``)."""
+    return to_toml(RunConfig(), with_docs=True)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_config_args(
+    parser: argparse.ArgumentParser, default: str | Path | None = None
+) -> argparse.ArgumentParser:
+    """The flags every entry point shares: ``--config``, ``--set`` and ``--print-config``.
+
+    ``default`` is the config file read when ``--config`` is not given (built-in
+    defaults when None).
+    """
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=None if default is None else str(default),
+        help=f"run config (TOML); default: {default or 'built-in defaults'}",
+    )
+    parser.add_argument(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="override one config value (repeatable), e.g. --set env.mode=som",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as TOML, with documentation, and exit",
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The config named by parsed ``add_config_args`` flags; exits with the message on error."""
+    try:
+        config = load(args.config, args.overrides)
+    except ConfigError as e:
+        raise SystemExit(f"config error: {e}") from None
+    if getattr(args, "print_config", False):
+        print(to_toml(config, with_docs=True))
+        raise SystemExit(0)
+    return config

@@ -1,0 +1,561 @@
+"""Trajectories on the wire: the msgpack format the rollout sidecar serves to the learner.
+
+A message is one msgpack document, an array of two ``bin`` items::
+
+    [ header: bin(msgpack map), data: bin(raw little-endian array bytes) ]
+
+The header holds the schema version, ids and names; every number lives in a
+typed array in the data blob, described in the header by ``{"dtype", "shape",
+"offset"}``. Any msgpack library can read the document; this module decodes it
+without copying array bytes (``np.frombuffer`` on the received buffer) and
+checks every declared size against :class:`WireLimits` *before* touching or
+allocating anything, so a hostile or corrupt message costs microseconds and
+raises :class:`WireError`, never anything else.
+
+A :class:`TrajectoryGroup` is stored column-wise, as it travels: each per-token
+array of its G trajectories lies back to back (a ragged batch: trajectory i
+spans ``offsets[i]:offsets[i+1]``), and its per-trajectory numbers are two small
+blocks, ``ints`` (G, 4) and ``floats`` (G, 1 + parts + timings). That is also
+the form the learner packs into padded buckets. :class:`Trajectory` is one
+episode as the rollout side builds it; a group's ``trajectories`` are views.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import msgpack
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "truncated", "infra_error"]
+STATUSES: tuple[str, ...] = ("ok", "truncated", "infra_error")
+
+# The per-token arrays of a trajectory and the dtype each travels as.
+ARRAY_DTYPES: dict[str, np.dtype] = {
+    "tokens": np.dtype("<i4"),  # (T,) token ids
+    "loss_mask": np.dtype("|u1"),  # (T,) 1 on model-generated tokens, else 0
+    "logprobs": np.dtype("<f4"),  # (T,) rollout logprob of generated tokens, 0 elsewhere
+    "versions": np.dtype("<i4"),  # (T,) policy version that generated the token, -1 elsewhere
+}
+INTS_DTYPE = np.dtype("<i4")  # (G, 4) block: length, sample_index, num_steps, status code
+FLOATS_DTYPE = np.dtype("<f8")  # (G, 1 + P + K) block: reward, reward parts, timings
+_INT_COLS = ("length", "sample_index", "num_steps", "status")
+
+_ALIGN = 8  # array payloads start on 8-byte boundaries of the message buffer
+_BIN32 = 0xC6
+_FIXARRAY2 = 0x92
+_PREFIX = struct.Struct(">BBI")  # fixarray(2), bin32 marker, header length
+_BIN32_HEAD = struct.Struct(">BI")
+
+
+class WireError(ValueError):
+    """A message or trajectory that cannot be encoded or decoded; ``reason`` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class WireLimits:
+    """Bounds enforced on decode, before anything is allocated."""
+
+    max_total_bytes: int = 1 << 30  # whole message
+    max_header_bytes: int = 16 << 20  # the msgpack header (ids, names, descriptors)
+    max_array_elements: int = 1 << 24  # elements in one array (16 Mi tokens)
+    max_str_len: int = 4096  # any string (ids, reward part and timing names)
+    max_list_len: int = 4096  # groups per batch, trajectories per group
+    max_names: int = 64  # reward parts, timings
+    allowed_dtypes: frozenset[str] = frozenset(
+        d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE)
+    )
+
+
+DEFAULT_LIMITS = WireLimits()
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, eq=False)
+class Trajectory:
+    """One episode as one token sequence: prompt, then actions (mask 1) and observations (mask 0)."""
+
+    task_id: str
+    group_id: str
+    sample_index: int
+    tokens: np.ndarray  # (T,) int32
+    loss_mask: np.ndarray  # (T,) uint8
+    logprobs: np.ndarray  # (T,) float32
+    versions: np.ndarray  # (T,) int32
+    reward: float
+    reward_parts: dict[str, float] = field(default_factory=dict)
+    status: Status = "ok"
+    num_steps: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"trajectory {self.group_id!r}/{self.sample_index!r}"
+        _check_columns({n: getattr(self, n) for n in ARRAY_DTYPES}, where)
+        _check_scalars(self, where)
+
+    @property
+    def length(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trajectory):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in _SCALAR_FIELDS) and all(
+            np.array_equal(getattr(self, k), getattr(other, k)) for k in ARRAY_DTYPES
+        )
+
+
+_SCALAR_FIELDS = ("task_id", "group_id", "sample_index", "reward", "reward_parts", "status")
+_SCALAR_FIELDS += ("num_steps", "timings")
+
+
+def _check_scalars(t: Trajectory, where: str) -> None:
+    for name in ("task_id", "group_id"):
+        if type(getattr(t, name)) is not str:
+            raise WireError(f"{where}: {name} must be a str")
+    if t.status not in STATUSES:
+        raise WireError(f"{where}: status {t.status!r} is not one of {STATUSES}")
+    for name in ("sample_index", "num_steps"):
+        v = getattr(t, name)
+        if not isinstance(v, int | np.integer) or isinstance(v, bool) or not 0 <= v < 2**31:
+            raise WireError(f"{where}: {name} must be an int in [0, 2**31), got {v!r}")
+    if not _finite_number(t.reward):
+        raise WireError(f"{where}: reward must be a finite number, got {t.reward!r}")
+    for name in ("reward_parts", "timings"):
+        m = getattr(t, name)
+        if not isinstance(m, dict) or not all(
+            type(k) is str and _finite_number(v) for k, v in m.items()
+        ):
+            raise WireError(f"{where}: {name} must map str to finite numbers")
+
+
+def _finite_number(x: Any) -> bool:
+    return isinstance(x, int | float | np.number) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class TrajectoryGroup:
+    """G samples of one task, the unit GRPO normalises rewards over, stored column-wise.
+
+    ``columns[name]``: (N,) concatenation of that per-token array over the G
+    trajectories, N = sum of lengths. ``ints``: (G, 4) int32 of length,
+    sample_index, num_steps and status code. ``floats``: (G, 1 + P + K) float64
+    of reward, the P ``part_names`` and the K ``timing_names``. Every trajectory
+    of a group carries the same reward part and timing names.
+    """
+
+    def __init__(self, group_id: str, task_id: str, trajectories: Iterable[Trajectory]):
+        trajs = tuple(trajectories)
+        where = f"group {group_id!r}"
+        if type(group_id) is not str or type(task_id) is not str:
+            raise WireError(f"{where}: group_id and task_id must be str")
+        for t in trajs:
+            if not isinstance(t, Trajectory):
+                raise WireError(f"{where}: item is {type(t).__name__}, not Trajectory")
+            if t.group_id != group_id or t.task_id != task_id:
+                raise WireError(
+                    f"{where} (task {task_id!r}) holds a trajectory of "
+                    f"group {t.group_id!r} (task {t.task_id!r})"
+                )
+        parts = tuple(trajs[0].reward_parts) if trajs else ()
+        timings = tuple(trajs[0].timings) if trajs else ()
+        for t in trajs:
+            if tuple(t.reward_parts) != parts or tuple(t.timings) != timings:
+                raise WireError(
+                    f"{where}: trajectories differ in reward part or timing names "
+                    f"({list(t.reward_parts)} / {list(t.timings)} vs {list(parts)} / {list(timings)})"
+                )
+        ints = np.array(
+            [[t.length, t.sample_index, t.num_steps, STATUSES.index(t.status)] for t in trajs],
+            dtype=INTS_DTYPE,
+        ).reshape(len(trajs), 4)
+        floats = np.array(
+            [[t.reward, *t.reward_parts.values(), *t.timings.values()] for t in trajs],
+            dtype=FLOATS_DTYPE,
+        ).reshape(len(trajs), 1 + len(parts) + len(timings))
+        columns = {
+            n: np.concatenate([getattr(t, n) for t in trajs]) if trajs else np.zeros(0, dt)
+            for n, dt in ARRAY_DTYPES.items()
+        }
+        self._set(group_id, task_id, columns, ints, floats, parts, timings)
+
+    def _set(self, group_id, task_id, columns, ints, floats, part_names, timing_names) -> None:
+        self.group_id: str = group_id
+        self.task_id: str = task_id
+        self.columns: dict[str, np.ndarray] = columns
+        self.ints: np.ndarray = ints
+        self.floats: np.ndarray = floats
+        self.part_names: tuple[str, ...] = part_names
+        self.timing_names: tuple[str, ...] = timing_names
+
+    @classmethod
+    def _from_checked(cls, *fields: Any) -> TrajectoryGroup:
+        obj = object.__new__(cls)
+        obj._set(*fields)
+        return obj
+
+    def __len__(self) -> int:
+        return self.ints.shape[0]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.ints[:, 0]  # (G,)
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        """(G+1,) int64: trajectory i spans ``offsets[i]:offsets[i+1]`` of every column."""
+        out = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=out[1:])
+        return out
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self.floats[:, 0]  # (G,)
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        return tuple(STATUSES[c] for c in self.ints[:, 3].tolist())
+
+    @cached_property
+    def trajectories(self) -> tuple[Trajectory, ...]:
+        """Per-trajectory records; their arrays are views of the columns (no copy)."""
+        out = []
+        p = len(self.part_names)
+        for i, (ints, floats) in enumerate(
+            zip(self.ints.tolist(), self.floats.tolist(), strict=True)
+        ):
+            a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+            t = object.__new__(Trajectory)
+            t.__dict__.update(
+                {n: col[a:b] for n, col in self.columns.items()},
+                task_id=self.task_id,
+                group_id=self.group_id,
+                sample_index=ints[1],
+                num_steps=ints[2],
+                status=STATUSES[ints[3]],
+                reward=floats[0],
+                reward_parts=dict(zip(self.part_names, floats[1 : 1 + p], strict=True)),
+                timings=dict(zip(self.timing_names, floats[1 + p :], strict=True)),
+            )
+            out.append(t)
+        return tuple(out)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TrajectoryGroup):
+            return NotImplemented
+        return (
+            self.group_id == other.group_id
+            and self.task_id == other.task_id
+            and self.trajectories == other.trajectories
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TrajectoryGroup(group_id={self.group_id!r}, task_id={self.task_id!r}, "
+            f"G={len(self)}, tokens={int(self.lengths.sum())})"
+        )
+
+
+def _check_columns(cols: Mapping[str, Any], where: str) -> None:
+    """Dtype, rank, equal lengths, 0/1 mask and finite logprobs of the per-token arrays."""
+    n = None
+    for name, dtype in ARRAY_DTYPES.items():
+        arr = cols[name]
+        if not isinstance(arr, np.ndarray) or arr.ndim != 1 or arr.dtype != dtype:
+            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr)
+            raise WireError(f"{where}: {name} must be a 1-D {dtype} array, got {got}")
+        if n is None:
+            n = arr.shape[0]
+        elif arr.shape[0] != n:
+            raise WireError(f"{where}: {name} has length {arr.shape[0]}, tokens {n}")
+    if n:
+        _check_values(cols["loss_mask"], cols["logprobs"], where)
+
+
+def _check_values(loss_mask: np.ndarray, logprobs: np.ndarray, where: str) -> None:
+    if loss_mask.max() > 1:
+        raise WireError(f"{where}: loss_mask holds values other than 0 and 1")
+    if not _all_finite(logprobs):
+        raise WireError(f"{where}: logprobs are not all finite")
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    # A finite dot product proves every element finite (NaN and inf propagate); only when
+    # it overflows (huge but finite values) is the exact elementwise test needed.
+    x = x.reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(math.isfinite(np.dot(x, x)) or np.isfinite(x).all())
+
+
+# ----------------------------------------------------------------------------- encode
+
+
+def encode_groups(groups: Sequence[TrajectoryGroup]) -> bytes:
+    """Encode a batch of groups as one message (what ``GET /batch`` returns)."""
+    blobs: list[tuple[int, np.ndarray]] = []
+    offset = 0
+    header_groups = []
+    for g in groups:
+        if not isinstance(g, TrajectoryGroup):
+            raise WireError(f"expected TrajectoryGroup, got {type(g).__name__}")
+        arrays = {}
+        for name, arr in (*g.columns.items(), ("ints", g.ints), ("floats", g.floats)):
+            offset = -(-offset // _ALIGN) * _ALIGN
+            arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
+            blobs.append((offset, arr))
+            offset += arr.nbytes
+        header_groups.append(
+            {
+                "group_id": g.group_id,
+                "task_id": g.task_id,
+                "part_names": list(g.part_names),
+                "timing_names": list(g.timing_names),
+                "arrays": arrays,
+            }
+        )
+    # "pad" is packed last as bin8 b"": growing it by p bytes grows the header by p, which
+    # puts the data blob on an aligned offset of the message without packing twice.
+    hbytes = msgpack.packb({"v": SCHEMA_VERSION, "groups": header_groups, "pad": b""})
+    pad = -(_PREFIX.size + len(hbytes) + _BIN32_HEAD.size) % _ALIGN
+    if pad:
+        hbytes = hbytes[:-1] + bytes([pad]) + bytes(pad)
+    if len(hbytes) > 0xFFFFFFFF or offset > 0xFFFFFFFF:
+        raise WireError("message exceeds the 4 GiB bin32 limit")
+
+    pieces: list[Any] = [_PREFIX.pack(_FIXARRAY2, _BIN32, len(hbytes)), hbytes]
+    pieces.append(_BIN32_HEAD.pack(_BIN32, offset))
+    end = 0
+    for off, arr in blobs:
+        if off > end:
+            pieces.append(bytes(off - end))  # alignment gap
+        if arr.nbytes:
+            pieces.append(np.ascontiguousarray(arr).data.cast("B"))
+        end = off + arr.nbytes
+    return b"".join(pieces)
+
+
+def encode_group(group: TrajectoryGroup) -> bytes:
+    return encode_groups([group])
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def decode_groups(
+    buf: bytes | bytearray | memoryview, limits: WireLimits = DEFAULT_LIMITS
+) -> list[TrajectoryGroup]:
+    """Decode a message into groups; arrays are read-only views of ``buf`` (no copy)."""
+    try:
+        return _decode(buf, limits)
+    except WireError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as e:
+        # Defence in depth: every malformed input should already have hit an explicit check.
+        raise WireError(f"malformed message: {type(e).__name__}: {e}") from None
+
+
+def decode_group(
+    buf: bytes | bytearray | memoryview, limits: WireLimits = DEFAULT_LIMITS
+) -> TrajectoryGroup:
+    groups = decode_groups(buf, limits)
+    if len(groups) != 1:
+        raise WireError(f"expected exactly one group, message holds {len(groups)}")
+    return groups[0]
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise WireError(f"msgpack extension type {code} is not allowed")
+
+
+def _decode(buf: Any, limits: WireLimits) -> list[TrajectoryGroup]:
+    if not isinstance(buf, bytes | bytearray | memoryview):
+        raise WireError(f"expected bytes, got {type(buf).__name__}")
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    total = mv.nbytes
+    if total > limits.max_total_bytes:
+        raise WireError(f"message is {total} bytes, limit {limits.max_total_bytes}")
+    if total < 1 or mv[0] != _FIXARRAY2:
+        raise WireError("not a trajectory message (bad frame prefix: expected a 2-item array)")
+    hstart, hlen = _bin_item(mv, 1, "header")
+    if hlen > limits.max_header_bytes:
+        raise WireError(f"header declares {hlen} bytes, limit {limits.max_header_bytes}")
+    dpos = hstart + hlen
+    if dpos > total:
+        raise WireError(f"truncated: header declares {hlen} bytes, message has {total}")
+    data_start, dlen = _bin_item(mv, dpos, "data")
+    if data_start + dlen != total:
+        raise WireError(
+            f"truncated or padded: data declares {dlen} bytes, {total - data_start} present"
+        )
+    try:
+        header = msgpack.unpackb(
+            mv[hstart:dpos],
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_str_len=limits.max_str_len,
+            max_bin_len=_ALIGN,
+            max_array_len=limits.max_list_len,
+            max_map_len=16,
+            max_ext_len=0,
+        )
+    except WireError:
+        raise
+    except Exception as e:  # msgpack raises several unrelated types on bad input
+        raise WireError(f"header is not valid msgpack: {type(e).__name__}: {e}") from None
+    if type(header) is not dict:
+        raise WireError("header is not a map")
+    version = header.get("v")
+    if version != SCHEMA_VERSION:
+        raise WireError(f"schema version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    _expect_keys(header, _HEADER_KEYS, "header")
+    groups = _expect_type(header["groups"], list, "groups")
+    reader = _ArrayReader(mv, data_start, dlen, limits)
+    return [_decode_group(g, reader) for g in groups]
+
+
+_BIN_SIZES = {0xC4: struct.Struct(">B"), 0xC5: struct.Struct(">H"), 0xC6: struct.Struct(">I")}
+
+
+def _bin_item(mv: memoryview, pos: int, what: str) -> tuple[int, int]:
+    """(start, length) of the msgpack bin item at ``pos`` (bin 8, 16 or 32: any writer's)."""
+    size = _BIN_SIZES.get(mv[pos]) if pos < mv.nbytes else None
+    if size is None:
+        raise WireError(f"bad frame: the {what} is not a msgpack bin item at byte {pos}")
+    if pos + 1 + size.size > mv.nbytes:
+        raise WireError(f"truncated: the {what}'s length is cut off at byte {pos}")
+    return pos + 1 + size.size, size.unpack_from(mv, pos + 1)[0]
+
+
+class _ArrayReader:
+    """Turns array descriptors into zero-copy views of the message, checking sizes first."""
+
+    def __init__(self, mv: memoryview, start: int, length: int, limits: WireLimits):
+        self.mv, self.start, self.length, self.limits = mv, start, length, limits
+
+    def read(self, desc: Any, name: str, expected: np.dtype, shape: list[int]) -> np.ndarray:
+        """A view of ``shape`` (known from elsewhere in the header) if ``desc`` agrees."""
+        count = math.prod(shape)
+        if not (
+            type(desc) is dict
+            and desc.keys() == _DESC_KEYS
+            and desc["dtype"] == expected.str
+            and desc["shape"] == shape
+            and count <= self.limits.max_array_elements
+            and type(desc["offset"]) is int
+            and desc["offset"] >= 0
+            and desc["offset"] % _ALIGN == 0
+            and desc["offset"] + count * expected.itemsize <= self.length
+        ):
+            raise WireError(self._diagnose(desc, name, expected, shape))
+        arr = np.frombuffer(
+            self.mv, dtype=expected, count=count, offset=self.start + desc["offset"]
+        )
+        return arr.reshape(shape) if len(shape) > 1 else arr
+
+    def _diagnose(self, desc: Any, name: str, expected: np.dtype, shape: list[int]) -> str:
+        desc = _expect_type(desc, dict, name)
+        _expect_keys(desc, _DESC_KEYS, name)
+        dt, got, offset = desc["dtype"], desc["shape"], desc["offset"]
+        if type(dt) is not str or dt not in self.limits.allowed_dtypes:
+            return f"{name}: dtype {dt!r} is not allowed ({sorted(self.limits.allowed_dtypes)})"
+        if dt != expected.str:
+            return f"{name}: dtype {dt!r}, expected {expected.str!r}"
+        if got != shape:
+            return f"{name}: shape {got!r}, the header implies {shape}"
+        count = math.prod(shape)
+        if count > self.limits.max_array_elements:
+            return f"{name}: declares {count} elements, limit {self.limits.max_array_elements}"
+        if type(offset) is not int or offset < 0 or offset % _ALIGN:
+            return f"{name}: offset {offset!r} is not an aligned non-negative int"
+        end = offset + count * expected.itemsize
+        return f"{name}: bytes {offset}..{end} lie outside the {self.length}-byte data"
+
+
+def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
+    g = _expect_type(g, dict, "group")
+    _expect_keys(g, _GROUP_KEYS, "group")
+    gid = _expect_type(g["group_id"], str, "group_id")
+    tid = _expect_type(g["task_id"], str, "task_id")
+    where = f"group {gid!r}"
+    parts = _names(g["part_names"], f"{where}.part_names", reader.limits)
+    timings = _names(g["timing_names"], f"{where}.timing_names", reader.limits)
+    arrays = _expect_type(g["arrays"], dict, f"{where}.arrays")
+    _expect_keys(arrays, _ARRAY_KEYS, f"{where}.arrays")
+
+    # The shape of ints says G; take it from the descriptor, then check it like any other.
+    ints_desc = arrays["ints"]
+    shape = ints_desc.get("shape") if type(ints_desc) is dict else None
+    G = shape[0] if type(shape) is list and shape else None
+    if type(G) is not int or not 0 <= G <= reader.limits.max_list_len:
+        raise WireError(
+            f"{where}.ints: shape must be [G, 4] with G <= {reader.limits.max_list_len}"
+        )
+    ints = reader.read(ints_desc, f"{where}.ints", INTS_DTYPE, [G, 4])
+    floats = reader.read(
+        arrays["floats"], f"{where}.floats", FLOATS_DTYPE, [G, 1 + len(parts) + len(timings)]
+    )
+    if G and not (ints.view(_UINTS_DTYPE) <= _INTS_UPPER).all():
+        raise WireError(f"{where}: {_diagnose_ints(ints)}")
+    if G and not _all_finite(floats):
+        raise WireError(f"{where}: rewards, reward parts and timings must be finite")
+    total = sum(row[0] for row in ints.tolist())
+    cols = {
+        n: reader.read(arrays[n], f"{where}.{n}", dt, [total]) for n, dt in ARRAY_DTYPES.items()
+    }
+    if total:
+        _check_values(cols["loss_mask"], cols["logprobs"], where)
+    return TrajectoryGroup._from_checked(gid, tid, cols, ints, floats, parts, timings)
+
+
+# Viewed as unsigned, a negative int32 exceeds 2**31 - 1: one comparison checks that
+# every int is non-negative and every status code is in range.
+_UINTS_DTYPE = np.dtype("<u4")
+_INTS_UPPER = np.array([2**31 - 1] * 3 + [len(STATUSES) - 1], dtype=_UINTS_DTYPE)
+
+
+def _diagnose_ints(ints: np.ndarray) -> str:
+    for j, name in enumerate(_INT_COLS):
+        if ints[:, j].min() < 0:
+            return f"negative {name} {int(ints[:, j].min())}"
+    return f"status code {int(ints[:, 3].max())} is not one of 0..{len(STATUSES) - 1}"
+
+
+def _names(x: Any, name: str, limits: WireLimits) -> tuple[str, ...]:
+    x = _expect_type(x, list, name)
+    if len(x) > limits.max_names or not all(type(s) is str for s in x) or len(set(x)) != len(x):
+        raise WireError(f"{name}: must be at most {limits.max_names} distinct strings")
+    return tuple(x)
+
+
+_HEADER_KEYS = frozenset({"v", "groups", "pad"})
+_DESC_KEYS = frozenset({"dtype", "shape", "offset"})
+_ARRAY_KEYS = frozenset({*ARRAY_DTYPES, "ints", "floats"})
+_GROUP_KEYS = frozenset({"group_id", "task_id", "part_names", "timing_names", "arrays"})
+
+
+def _expect_type(x: Any, typ: type, name: str) -> Any:
+    if not isinstance(x, typ):
+        raise WireError(f"{name}: expected {typ.__name__}, got {type(x).__name__}")
+    return x
+
+
+def _expect_keys(m: Mapping, keys: frozenset[str], name: str) -> None:
+    if m.keys() != keys:
+        missing = sorted(keys - set(m))
+        extra = sorted(map(repr, set(m) - keys))
+        raise WireError(f"{name}: missing fields {missing}, unknown fields {extra}")
