@@ -64,7 +64,7 @@ def roundtrip(g: TrajectoryGroup) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=64, help="distinct groups in the working set")
-    ap.add_argument("--rounds", type=int, default=5, help="timing rounds (best is kept)")
+    ap.add_argument("--rounds", type=int, default=9, help="timing rounds (best is kept)")
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)

@@ -103,7 +103,8 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         where = f"trajectory {self.group_id!r}/{self.sample_index!r}"
-        _check_columns({n: getattr(self, n) for n in ARRAY_DTYPES}, where)
+        with np.errstate(invalid="ignore"):
+            _check_columns({n: getattr(self, n) for n in ARRAY_DTYPES}, where)
         _check_scalars(self, where)
 
     @property
@@ -292,11 +293,27 @@ def _check_values(loss_mask: np.ndarray, logprobs: np.ndarray, where: str) -> No
 
 
 def _all_finite(x: np.ndarray) -> bool:
-    # A finite dot product proves every element finite (NaN and inf propagate); only when
-    # it overflows (huge but finite values) is the exact elementwise test needed.
+    """True when no element is NaN or infinite, in one BLAS pass.
+
+    x . 0 is exactly 0 when every element is finite and NaN otherwise (0 * inf is NaN),
+    and unlike x . x it cannot overflow on large finite values. Callers hold
+    ``np.errstate(invalid="ignore")`` so bad input raises no RuntimeWarning.
+    """
     x = x.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(math.isfinite(np.dot(x, x)) or np.isfinite(x).all())
+    return math.isfinite(np.dot(x, _zeros(x.shape[0], x.dtype)))
+
+
+_ZEROS: dict[np.dtype, np.ndarray] = {}
+
+
+def _zeros(n: int, dtype: np.dtype) -> np.ndarray:
+    buf = _ZEROS.get(dtype)
+    if buf is None or buf.shape[0] < n:
+        buf = _ZEROS[dtype] = np.zeros(
+            max(n, 1024, 2 * (0 if buf is None else buf.shape[0])), dtype
+        )
+        buf.flags.writeable = False
+    return buf[:n]
 
 
 # ----------------------------------------------------------------------------- encode
@@ -358,7 +375,8 @@ def decode_groups(
 ) -> list[TrajectoryGroup]:
     """Decode a message into groups; arrays are read-only views of ``buf`` (no copy)."""
     try:
-        return _decode(buf, limits)
+        with np.errstate(invalid="ignore"):
+            return _decode(buf, limits)
     except WireError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as e:
@@ -447,25 +465,24 @@ class _ArrayReader:
     def __init__(self, mv: memoryview, start: int, length: int, limits: WireLimits):
         self.mv, self.start, self.length, self.limits = mv, start, length, limits
 
-    def read(self, desc: Any, name: str, expected: np.dtype, shape: list[int]) -> np.ndarray:
+    def read(
+        self, desc: Any, where: str, name: str, expected: np.dtype, shape: list[int], count: int
+    ) -> np.ndarray:
         """A view of ``shape`` (known from elsewhere in the header) if ``desc`` agrees."""
-        count = math.prod(shape)
-        if not (
-            type(desc) is dict
-            and desc.keys() == _DESC_KEYS
-            and desc["dtype"] == expected.str
-            and desc["shape"] == shape
-            and count <= self.limits.max_array_elements
-            and type(desc["offset"]) is int
-            and desc["offset"] >= 0
-            and desc["offset"] % _ALIGN == 0
-            and desc["offset"] + count * expected.itemsize <= self.length
-        ):
-            raise WireError(self._diagnose(desc, name, expected, shape))
-        arr = np.frombuffer(
-            self.mv, dtype=expected, count=count, offset=self.start + desc["offset"]
-        )
-        return arr.reshape(shape) if len(shape) > 1 else arr
+        if type(desc) is dict and desc.keys() == _DESC_KEYS:
+            off = desc["offset"]
+            if (
+                desc["dtype"] == _DTYPE_STR[expected]
+                and desc["shape"] == shape
+                and count <= self.limits.max_array_elements
+                and type(off) is int
+                and off >= 0
+                and off % _ALIGN == 0
+                and off + count * expected.itemsize <= self.length
+            ):
+                arr = np.frombuffer(self.mv, dtype=expected, count=count, offset=self.start + off)
+                return arr.reshape(shape) if len(shape) > 1 else arr
+        raise WireError(self._diagnose(desc, f"{where}.{name}", expected, shape))
 
     def _diagnose(self, desc: Any, name: str, expected: np.dtype, shape: list[int]) -> str:
         desc = _expect_type(desc, dict, name)
@@ -487,39 +504,59 @@ class _ArrayReader:
 
 
 def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
-    g = _expect_type(g, dict, "group")
-    _expect_keys(g, _GROUP_KEYS, "group")
-    gid = _expect_type(g["group_id"], str, "group_id")
-    tid = _expect_type(g["task_id"], str, "task_id")
+    limits = reader.limits
+    if not (type(g) is dict and g.keys() == _GROUP_KEYS):
+        _expect_keys(_expect_type(g, dict, "group"), _GROUP_KEYS, "group")
+    gid, tid, parts, timings, arrays = (g[k] for k in _GROUP_FIELDS)
+    if not (
+        type(gid) is str
+        and type(tid) is str
+        and _is_names(parts, limits)
+        and _is_names(timings, limits)
+        and type(arrays) is dict
+        and arrays.keys() == _ARRAY_KEYS
+    ):
+        raise WireError(_diagnose_group(g, limits))
     where = f"group {gid!r}"
-    parts = _names(g["part_names"], f"{where}.part_names", reader.limits)
-    timings = _names(g["timing_names"], f"{where}.timing_names", reader.limits)
-    arrays = _expect_type(g["arrays"], dict, f"{where}.arrays")
-    _expect_keys(arrays, _ARRAY_KEYS, f"{where}.arrays")
-
     # The shape of ints says G; take it from the descriptor, then check it like any other.
     ints_desc = arrays["ints"]
     shape = ints_desc.get("shape") if type(ints_desc) is dict else None
     G = shape[0] if type(shape) is list and shape else None
-    if type(G) is not int or not 0 <= G <= reader.limits.max_list_len:
-        raise WireError(
-            f"{where}.ints: shape must be [G, 4] with G <= {reader.limits.max_list_len}"
-        )
-    ints = reader.read(ints_desc, f"{where}.ints", INTS_DTYPE, [G, 4])
-    floats = reader.read(
-        arrays["floats"], f"{where}.floats", FLOATS_DTYPE, [G, 1 + len(parts) + len(timings)]
-    )
+    if type(G) is not int or not 0 <= G <= limits.max_list_len:
+        raise WireError(f"{where}.ints: shape must be [G, 4] with G <= {limits.max_list_len}")
+    ints = reader.read(ints_desc, where, "ints", INTS_DTYPE, [G, 4], G * 4)
+    K = 1 + len(parts) + len(timings)
+    floats = reader.read(arrays["floats"], where, "floats", FLOATS_DTYPE, [G, K], G * K)
     if G and not (ints.view(_UINTS_DTYPE) <= _INTS_UPPER).all():
         raise WireError(f"{where}: {_diagnose_ints(ints)}")
     if G and not _all_finite(floats):
         raise WireError(f"{where}: rewards, reward parts and timings must be finite")
     total = sum(row[0] for row in ints.tolist())
-    cols = {
-        n: reader.read(arrays[n], f"{where}.{n}", dt, [total]) for n, dt in ARRAY_DTYPES.items()
-    }
+    shape = [total]
+    cols = {n: reader.read(arrays[n], where, n, dt, shape, total) for n, dt in ARRAY_DTYPES.items()}
     if total:
         _check_values(cols["loss_mask"], cols["logprobs"], where)
-    return TrajectoryGroup._from_checked(gid, tid, cols, ints, floats, parts, timings)
+    return TrajectoryGroup._from_checked(gid, tid, cols, ints, floats, tuple(parts), tuple(timings))
+
+
+def _is_names(x: Any, limits: WireLimits) -> bool:
+    return (
+        type(x) is list
+        and len(x) <= limits.max_names
+        and all(type(s) is str for s in x)
+        and len(set(x)) == len(x)
+    )
+
+
+def _diagnose_group(g: dict, limits: WireLimits) -> str:
+    for key in ("group_id", "task_id"):
+        _expect_type(g[key], str, key)
+    where = f"group {g['group_id']!r}"
+    for key in ("part_names", "timing_names"):
+        if not _is_names(g[key], limits):
+            return f"{where}.{key}: must be a list of at most {limits.max_names} distinct strings"
+    _expect_keys(_expect_type(g["arrays"], dict, f"{where}.arrays"), _ARRAY_KEYS, f"{where}.arrays")
+    return f"{where}: malformed"  # pragma: no cover - one of the checks above fires
 
 
 # Viewed as unsigned, a negative int32 exceeds 2**31 - 1: one comparison checks that
@@ -535,17 +572,12 @@ def _diagnose_ints(ints: np.ndarray) -> str:
     return f"status code {int(ints[:, 3].max())} is not one of 0..{len(STATUSES) - 1}"
 
 
-def _names(x: Any, name: str, limits: WireLimits) -> tuple[str, ...]:
-    x = _expect_type(x, list, name)
-    if len(x) > limits.max_names or not all(type(s) is str for s in x) or len(set(x)) != len(x):
-        raise WireError(f"{name}: must be at most {limits.max_names} distinct strings")
-    return tuple(x)
-
-
+_DTYPE_STR = {d: d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE)}
 _HEADER_KEYS = frozenset({"v", "groups", "pad"})
 _DESC_KEYS = frozenset({"dtype", "shape", "offset"})
 _ARRAY_KEYS = frozenset({*ARRAY_DTYPES, "ints", "floats"})
-_GROUP_KEYS = frozenset({"group_id", "task_id", "part_names", "timing_names", "arrays"})
+_GROUP_FIELDS = ("group_id", "task_id", "part_names", "timing_names", "arrays")
+_GROUP_KEYS = frozenset(_GROUP_FIELDS)
 
 
 def _expect_type(x: Any, typ: type, name: str) -> Any:

@@ -24,6 +24,8 @@ from shared.wire import (
     encode_groups,
 )
 
+pytestmark = pytest.mark.filterwarnings("error")  # hostile input must not even warn
+
 
 def make_traj(i=0, T=16, gid="g", tid="t", **over):
     rng = np.random.default_rng(i)
@@ -261,7 +263,7 @@ def test_declared_sizes_beyond_the_data_are_refused():
         (WireLimits(max_array_elements=10), "limit 10"),
         (WireLimits(max_str_len=3), "header is not valid msgpack"),
         (WireLimits(max_list_len=2), r"shape must be \[G, 4\] with G <= 2"),
-        (WireLimits(max_names=1), "must be at most 1 distinct strings"),
+        (WireLimits(max_names=1), "must be a list of at most 1 distinct strings"),
     ],
 )
 def test_each_limit_is_enforced(limits, message):
