@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps mendeleev==1.3.0
 	@touch $(STAMP)
 
 lint: setup

@@ -1,0 +1,1 @@
+"""Research tasks over the local web: questions, answers, evidence and gold paths."""

@@ -1,0 +1,48 @@
+"""`python -m rollout.tasks --split train|dev|test --n N [--types qa,...] [--seed S]`.
+
+Prints N tasks as JSONL on stdout (counts on stderr). URLs are absolute, on
+``--base-url`` (default: web.url, else http://web.host:web.port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+from rollout.tasks.generate import SPLITS, TYPES, generate
+from rollout.web.build import load
+from shared.config import add_config_args, config_from_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rollout.tasks", description=__doc__)
+    add_config_args(p)
+    p.add_argument("--split", required=True, choices=sorted(SPLITS))
+    p.add_argument("--n", type=int, required=True, help="number of tasks")
+    p.add_argument("--types", default=",".join(TYPES), help=f"comma-separated of {TYPES}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--base-url", default=None, help="where the local web is served")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args).web
+    if args.n < 1:
+        p.error("--n must be at least 1")
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    base = args.base_url or cfg.url or f"http://{cfg.host}:{cfg.port or 8900}"
+    lw = load(cfg.cache_dir)
+    try:
+        tasks = generate(lw, args.split, args.n, types, args.seed, base)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = sys.stdout
+    for t in tasks:
+        out.write(json.dumps(t, ensure_ascii=False) + "\n")
+    counts = Counter(t["type"] for t in tasks)
+    print(f"{len(tasks)} {args.split} tasks: {dict(sorted(counts.items()))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

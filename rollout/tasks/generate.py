@@ -1,0 +1,132 @@
+"""Turning template candidates into tasks: splits, de-duplication, sampling, JSON.
+
+A task is a plain dict (JSON):
+``id, question, answer, aliases, type, hops, start_url, evidence [{url, quote}],
+gold_path [{action, args}]``, plus ``key_facts`` for ``multi_doc`` tasks and
+``template`` / ``subject`` for bookkeeping. Ids read ``<split>-<type>-<number>``
+and are stable: the same template and subject give the same id in any run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+
+from rollout.tasks import chains as _chains  # noqa: F401  (registers the chain templates)
+from rollout.tasks.templates import TEMPLATES, Candidate
+from rollout.web.build import LocalWeb
+
+TYPES = ("qa", "browse_comp", "citation", "multi_doc")
+SPLITS = {"train": (0, 80), "dev": (80, 90), "test": (90, 100)}  # percent of subjects
+CITATION_SUFFIX = " Cite the URL of the page where you found the answer."
+
+
+def split_of(subject: str) -> str:
+    """The split a subject entity belongs to, by a stable hash of its key."""
+    bucket = int(hashlib.sha256(subject.encode()).hexdigest()[:8], 16) % 100
+    return next(name for name, (lo, hi) in SPLITS.items() if lo <= bucket < hi)
+
+
+_CACHE: dict[tuple[str, frozenset[str]], dict[str, list[Candidate]]] = {}
+
+
+def all_candidates(lw: LocalWeb, types: Iterable[str] = TYPES) -> dict[str, list[Candidate]]:
+    """Candidates by template, ambiguous questions removed, for the requested types.
+
+    Computed once per build and set of types (a few seconds); treat as read-only.
+    """
+    key = (lw.key, frozenset(types))
+    if key not in _CACHE:
+        _CACHE.clear()  # one build at a time is all a process uses
+        _CACHE[key] = _candidates(lw, key[1])
+    return _CACHE[key]
+
+
+def _candidates(lw: LocalWeb, types: frozenset[str]) -> dict[str, list[Candidate]]:
+    wanted = set(types)
+    unknown = wanted - set(TYPES)
+    if unknown:
+        raise ValueError(f"unknown task types {sorted(unknown)}; known: {', '.join(TYPES)}")
+    by_template: dict[str, list[Candidate]] = {}
+    for name, make in TEMPLATES.items():
+        cands = list(make(lw))
+        if "citation" in wanted and cands and cands[0].type == "qa":
+            by_template[f"{name}+citation"] = [_as_citation(c) for c in cands if c.hops <= 2]
+        by_template[name] = cands
+    answers: dict[str, set[str]] = defaultdict(set)
+    for cands in by_template.values():
+        for c in cands:
+            answers[c.question].add(c.answer.lower())
+    return {
+        name: [c for c in cands if len(answers[c.question]) == 1]
+        for name, cands in by_template.items()
+        if cands and cands[0].type in wanted
+    }
+
+
+def _as_citation(c: Candidate) -> Candidate:
+    return Candidate(
+        f"{c.template}+citation", "citation", c.subject, c.question + CITATION_SUFFIX, c.answer,
+        c.evidence, c.query, list(c.aliases), list(c.key_facts), c.start,
+    )  # fmt: skip
+
+
+def task_id(split: str, c: Candidate) -> str:
+    number = int(hashlib.sha256(f"{c.template}|{c.subject}".encode()).hexdigest()[:12], 16)
+    return f"{split}-{c.type}-{number % 10**10:010d}"
+
+
+def to_task(c: Candidate, split: str, base_url: str) -> dict:
+    base = base_url.rstrip("/")
+    task = {
+        "id": task_id(split, c),
+        "question": c.question,
+        "answer": c.answer,
+        "aliases": [a for a in dict.fromkeys(c.aliases) if a and a != c.answer],
+        "type": c.type,
+        "hops": c.hops,
+        "start_url": base + c.start,
+        "evidence": [{"url": base + path, "quote": quote} for path, quote in c.evidence],
+        "gold_path": [{"action": "search", "args": {"query": c.query}}]
+        + [{"action": "visit", "args": {"url": base + path}} for path in c.pages],
+        "template": c.template,
+        "subject": c.subject,
+    }
+    if c.type == "multi_doc":
+        task["key_facts"] = list(c.key_facts)
+    return task
+
+
+def generate(
+    lw: LocalWeb,
+    split: str,
+    n: int,
+    types: Iterable[str] = TYPES,
+    seed: int = 0,
+    base_url: str = "http://127.0.0.1:8900",
+) -> list[dict]:
+    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    rng = random.Random(f"{seed}|{split}")
+    pools = []
+    for _name, cands in sorted(all_candidates(lw, types).items()):
+        pool = sorted((c for c in cands if split_of(c.subject) == split), key=lambda c: c.subject)
+        rng.shuffle(pool)
+        if pool:
+            pools.append(pool)
+    available = sum(len(p) for p in pools)
+    if n > available:
+        raise ValueError(
+            f"only {available} {split} tasks of types {sorted(types)} exist; asked {n}"
+        )
+    chosen: list[Candidate] = []
+    depth = 0
+    while len(chosen) < n:  # round-robin over templates: each contributes evenly
+        order = [p for p in pools if depth < len(p)]
+        rng.shuffle(order)
+        chosen.extend(p[depth] for p in order[: n - len(chosen)])
+        depth += 1
+    return [to_task(c, split, base_url) for c in chosen]
