@@ -11,14 +11,31 @@ to one site, which is how each site's own search box works.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import bm25s
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
 
 from rollout.web.site import Page
+
+
+def _import_bm25s():
+    """bm25s imports JAX when it can (for an optional top-k backend); the rollout side must
+    never load JAX, so hide it during that import and bm25s falls back to numpy."""
+    if "jax" in sys.modules:
+        import bm25s
+    else:
+        sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax` now fails
+        try:
+            import bm25s
+        finally:
+            del sys.modules["jax"]
+    return bm25s
+
+
+bm25s = _import_bm25s()
+from bm25s.stopwords import STOPWORDS_EN  # noqa: E402
 
 _WORD = re.compile(r"\w+", re.U)
 _STOP = frozenset(STOPWORDS_EN)
