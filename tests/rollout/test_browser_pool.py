@@ -79,7 +79,7 @@ async def test_a_hung_browser_is_killed_and_replaced():
         async with pool.context() as lease:
             os.killpg(lease.pid, signal.SIGSTOP)  # alive, but answers nothing
             await until(lambda: lease.browser_lost)
-            assert group_pids(lease.pid) == []
+            await until(lambda: group_pids(lease.pid) == [])  # killed, group and all
         await until(lambda: pool.live_browsers == 1)
         async with pool.context() as again:
             page = await again.context.new_page()
