@@ -1,0 +1,172 @@
+"""Export successful trajectories as SFT data: ``python -m rollout.sft_export RUN_DIR --out sft.jsonl``.
+
+Reads every trajectory record under RUN_DIR (recursively, ``*.trajectory.jsonl``),
+keeps the finished ones with status ``ok`` and reward >= ``--min-reward`` (default
+1.0), and writes one chat per line in the ``messages`` format TRL and other SFT
+trainers read::
+
+    {"messages": [{"role": "system", "content": ...}, {"role": "user", "content": ...},
+                  {"role": "assistant", "content": <raw model text>},
+                  {"role": "tool", "content": <observation>}, ...]}
+
+Assistant turns are the model's raw text and tool turns the observations exactly
+as the model saw them. Trajectories with the same task id and action sequence
+are written once (the first in path order). Training on evaluation tasks would
+leak them, so if any kept trajectory's task is from the dev or test split (the
+id's part before the first "-"), nothing is written and the exit status is 2.
+Counts go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rollout.records import EpisodeRecord, task_split
+from rollout.tracker import RecordError, iter_record_files, read_record
+
+HELD_OUT_SPLITS = ("dev", "test")
+PROGRESS_EVERY = 1000  # records between progress lines
+
+
+class HeldOutSplitError(ValueError):
+    """Kept trajectories include dev or test tasks; nothing was written."""
+
+
+@dataclass
+class ExportSummary:
+    counts: Counter = field(default_factory=Counter)  # scanned, kept, duplicate, ...
+    held_out: list[str] = field(default_factory=list)  # task ids from dev/test among the kept
+
+    def line(self) -> str:
+        order = (
+            "scanned",
+            "kept",
+            "duplicate",
+            "below_reward",
+            "not_ok",
+            "unfinished",
+            "unreadable",
+        )
+        return ", ".join(f"{key.replace('_', ' ')} {self.counts[key]}" for key in order)
+
+
+def to_messages(record: EpisodeRecord) -> list[dict[str, str]]:
+    """The episode as a chat: system, user, then assistant text and tool observation per step."""
+    messages = []
+    if record.system_prompt:
+        messages.append({"role": "system", "content": record.system_prompt})
+    messages.append({"role": "user", "content": record.user_prompt})
+    for step in record.steps:
+        messages.append({"role": "assistant", "content": step.raw})
+        if step.observation:
+            messages.append({"role": "tool", "content": step.observation})
+    return messages
+
+
+def action_sequence(record: EpisodeRecord) -> tuple[tuple[str, str], ...]:
+    """The actions taken, with their arguments, as a hashable key for deduplication."""
+    return tuple(
+        (step.action or "", json.dumps(step.args, sort_keys=True, ensure_ascii=False))
+        for step in record.steps
+    )
+
+
+def select(
+    paths: Iterable[Path], min_reward: float, log: IO[str] | None = None
+) -> tuple[list[EpisodeRecord], ExportSummary]:
+    """The records to export, deduplicated, and the counts of what was skipped and why."""
+    summary, seen, kept = ExportSummary(), set(), []
+    for path in paths:
+        summary.counts["scanned"] += 1
+        if log is not None and summary.counts["scanned"] % PROGRESS_EVERY == 0:
+            print(f"sft_export: {summary.line()}", file=log, flush=True)
+        reason = None
+        try:
+            record = read_record(path)
+        except RecordError as e:
+            reason = "unreadable"
+            if log is not None:
+                print(f"sft_export: skipping {e}", file=log)
+        else:
+            reason = _skip_reason(record, min_reward, seen)
+        if reason is not None:
+            summary.counts[reason] += 1
+            continue
+        summary.counts["kept"] += 1
+        kept.append(record)
+        if task_split(record.task_id) in HELD_OUT_SPLITS:
+            summary.held_out.append(record.task_id)
+    return kept, summary
+
+
+def _skip_reason(record: EpisodeRecord, min_reward: float, seen: set) -> str | None:
+    if not record.finished:
+        return "unfinished"
+    if record.status != "ok":
+        return "not_ok"
+    if record.reward is None or record.reward < min_reward:
+        return "below_reward"
+    key = (record.task_id, action_sequence(record))
+    if key in seen:
+        return "duplicate"
+    seen.add(key)
+    return None
+
+
+def export(
+    run_dir: str | Path, out: str | Path, min_reward: float = 1.0, log: IO[str] | None = None
+) -> ExportSummary:
+    """Write the SFT file; :class:`HeldOutSplitError` (and no file) on dev/test tasks."""
+    records, summary = select(iter_record_files(run_dir), min_reward, log)
+    if summary.held_out:
+        examples = ", ".join(sorted(set(summary.held_out))[:5])
+        raise HeldOutSplitError(
+            f"{len(summary.held_out)} kept trajectories are from the dev or test split "
+            f"(e.g. {examples}); exporting them would train on held-out tasks. Nothing written."
+        )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for record in records:
+            line: dict[str, Any] = {"messages": to_messages(record)}
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    os.replace(tmp, out)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rollout.sft_export", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="directory holding trajectory records")
+    parser.add_argument("--out", required=True, help="the SFT JSONL file to write")
+    parser.add_argument(
+        "--min-reward", type=float, default=1.0, help="least reward kept (default 1.0)"
+    )
+    args = parser.parse_args(argv)
+    if not Path(args.run_dir).is_dir():
+        print(f"sft_export: {args.run_dir}: not a directory", file=sys.stderr)
+        return 1
+    try:
+        summary = export(args.run_dir, args.out, args.min_reward, log=sys.stderr)
+    except HeldOutSplitError as e:
+        print(f"sft_export: refused: {e}", file=sys.stderr)
+        return 2
+    print(
+        f"sft_export: {summary.line()}; wrote {summary.counts['kept']} to {args.out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

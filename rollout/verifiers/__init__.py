@@ -1,0 +1,35 @@
+"""Reward verifiers: pure functions of (task, final answer, episode record) -> :class:`Reward`.
+
+Tasks are plain dicts (``id, question, answer, aliases, type, hops, start_url,
+evidence, gold_path`` and, for ``multi_doc``, ``key_facts``); :func:`verify`
+dispatches on ``type`` (``qa``, ``browse_comp``, ``citation``, ``multi_doc``).
+"""
+
+from rollout.verifiers.config import (
+    AntiCheatConfig,
+    CitationConfig,
+    FormatConfig,
+    JudgeConfig,
+    MultiDocConfig,
+    VerifierConfig,
+)
+from rollout.verifiers.judge import Judge, JudgeError, JudgeVerdict, length_bias
+from rollout.verifiers.reward import Reward, verify, verify_async
+from rollout.verifiers.scorers import TaskError
+
+__all__ = [
+    "AntiCheatConfig",
+    "CitationConfig",
+    "FormatConfig",
+    "Judge",
+    "JudgeConfig",
+    "JudgeError",
+    "JudgeVerdict",
+    "MultiDocConfig",
+    "Reward",
+    "TaskError",
+    "VerifierConfig",
+    "length_bias",
+    "verify",
+    "verify_async",
+]
