@@ -85,7 +85,9 @@ class EnvConfig:
         4000, "Budget of page text shown per observation.", ge=100, le=1_000_000
     )
     allowed_hosts: tuple[str, ...] = option(
-        ("127.0.0.1", "localhost"), "Hosts an agent may visit (scheme must be http or https)."
+        (),
+        "Hosts an agent may visit besides the web itself (host, host:port or *.domain); "
+        "the scheme must be http or https.",
     )
     screenshots: bool = option(False, "Attach a screenshot to som observations.")
     browser_path: str = option(

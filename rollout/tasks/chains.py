@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from rollout.tasks.templates import (
+    FACTBOOK_CHIEF_ANCHOR,
     Candidate,
     _capital_city,
     _chief,
@@ -143,6 +144,7 @@ def airport_chief(lw: LocalWeb) -> Iterator[Candidate]:
                 f"According to the World Factbook, who is the chief of state of the country where "
                 f"the airport with IATA code {a.iata} is located?", chief,
                 [_airport_ev(lw, a), _country_ev(c), fb], f"{a.iata} airport",
+                anchors={fb[0]: FACTBOOK_CHIEF_ANCHOR},
             )  # fmt: skip
 
 

@@ -3,7 +3,9 @@
 A task is a plain dict (JSON):
 ``id, question, answer, aliases, type, hops, start_url, evidence [{url, quote}],
 gold_path [{action, args}]``, plus ``key_facts`` for ``multi_doc`` tasks and
-``template`` / ``subject`` for bookkeeping. Ids read ``<split>-<type>-<number>``
+``template`` / ``subject`` for bookkeeping. A gold-path visit to a long page
+carries the #fragment of the section holding the evidence (as a reader would
+follow a table of contents); the evidence URL is the page itself. Ids read ``<split>-<type>-<number>``
 and are stable: the same template and subject give the same id in any run.
 """
 
@@ -69,7 +71,7 @@ def _candidates(lw: LocalWeb, types: frozenset[str]) -> dict[str, list[Candidate
 def _as_citation(c: Candidate) -> Candidate:
     return Candidate(
         f"{c.template}+citation", "citation", c.subject, c.question + CITATION_SUFFIX, c.answer,
-        c.evidence, c.query, list(c.aliases), list(c.key_facts), c.start,
+        c.evidence, c.query, list(c.aliases), list(c.key_facts), c.start, dict(c.anchors),
     )  # fmt: skip
 
 
@@ -90,13 +92,20 @@ def to_task(c: Candidate, split: str, base_url: str) -> dict:
         "start_url": base + c.start,
         "evidence": [{"url": base + path, "quote": quote} for path, quote in c.evidence],
         "gold_path": [{"action": "search", "args": {"query": c.query}}]
-        + [{"action": "visit", "args": {"url": base + path}} for path in c.pages],
+        + [
+            {"action": "visit", "args": {"url": _at(base + path, c.anchors.get(path))}}
+            for path in c.pages
+        ],
         "template": c.template,
         "subject": c.subject,
     }
     if c.type == "multi_doc":
         task["key_facts"] = list(c.key_facts)
     return task
+
+
+def _at(url: str, fragment: str | None) -> str:
+    return f"{url}#{fragment}" if fragment else url
 
 
 def generate(

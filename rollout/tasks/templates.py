@@ -31,6 +31,7 @@ class Candidate:
     aliases: list[str] = field(default_factory=list)
     key_facts: list[str] = field(default_factory=list)
     start: str = "/"
+    anchors: dict[str, str] = field(default_factory=dict)  # page -> #fragment to open it at
 
     @property
     def pages(self) -> list[str]:
@@ -67,9 +68,13 @@ def _chief(c: Country) -> str | None:
     return head if 3 <= len(head) <= 60 else None
 
 
+FACTBOOK_CHIEF_ANCHOR = "government-executive-branch"
+FACTBOOK_NAME_ANCHOR = "government-country-name"
+
+
 def _chief_quote(c: Country) -> str:
-    text = c.factbook["Government"]["Executive branch"]["chief of state"]
-    return f"chief of state: {text}"[:120]
+    """The start of the Factbook line naming the chief of state, up to the name."""
+    return f"chief of state: {_chief(c)}"
 
 
 def _capital_city(lw: LocalWeb, c: Country):
@@ -113,7 +118,7 @@ def factbook_long_name(lw: LocalWeb) -> Iterator[Candidate]:
             yield Candidate(
                 "factbook_long_name", "qa", f"country:{c.iso}",
                 f"What is the conventional long-form name of {c.name}?", lf, [ev],
-                f"{c.name} The World Factbook",
+                f"{c.name} The World Factbook", anchors={ev[0]: FACTBOOK_NAME_ANCHOR},
             )  # fmt: skip
 
 
@@ -127,6 +132,7 @@ def factbook_chief(lw: LocalWeb) -> Iterator[Candidate]:
                 "factbook_chief", "qa", f"country:{c.iso}",
                 f"Who is the chief of state of {c.name}, according to the World Factbook?",
                 chief, [ev], f"{c.name} The World Factbook",
+                anchors={ev[0]: FACTBOOK_CHIEF_ANCHOR},
             )  # fmt: skip
 
 
@@ -162,6 +168,7 @@ def python_added(lw: LocalWeb) -> Iterator[Candidate]:
             f"In which Python version was {d.qualname} added?", d.added,
             [(d.path, f"New in version {d.added}")], d.qualname,
             aliases=[f"Python {d.added}"], start="/docs/index.html",
+            anchors={d.path: d.qualname},
         )  # fmt: skip
 
 

@@ -9,7 +9,15 @@ verbatim; links and tables sit beside them.
 
 from __future__ import annotations
 
+import re
+
 import jinja2
+
+
+def slug(text: str) -> str:
+    """An anchor id: lowercase words joined by hyphens ("Executive branch" -> "executive-branch")."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
 
 SITES = {
     "geo": "Atlas",
@@ -91,9 +99,9 @@ GEO_LIST = """{% extends "layout" %}{% block main %}
 FACTBOOK_COUNTRY = """{% extends "layout" %}{% block main %}
 <h1>{{ c.name }}</h1>
 <p class="lead">This is the World Factbook entry for {{ c.name }}. <a href="/geo/country/{{ c.iso }}">Atlas profile</a></p>
-<nav class="toc"><ul>{% for name, _ in sections %}<li><a href="#{{ name | replace(' ', '-') | lower }}">{{ name }}</a></li>{% endfor %}</ul></nav>
-{% for name, body in sections %}<section id="{{ name | replace(' ', '-') | lower }}"><h2>{{ name }}</h2>
-{% for sub, fields in body %}<h3>{{ sub }}</h3>
+<nav class="toc"><ul>{% for name, _ in sections %}<li><a href="#{{ name | slug }}">{{ name }}</a></li>{% endfor %}</ul></nav>
+{% for name, body in sections %}<section id="{{ name | slug }}"><h2>{{ name }}</h2>
+{% for sub, fields in body %}<h3 id="{{ name | slug }}-{{ sub | slug }}">{{ sub }}</h3>
 {% for label, value in fields %}<p class="field">{% if label %}<span class="label">{{ label }}:</span> {% endif %}{{ value }}</p>
 {% endfor %}{% endfor %}</section>
 {% endfor %}
@@ -228,5 +236,6 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
+    env.filters["slug"] = slug
     env.globals["sites"] = [(k, v) for k, v in SITES.items() if k not in ("members", "search")]
     return env

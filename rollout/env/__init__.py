@@ -1,0 +1,95 @@
+"""The browser environment in three modes (api, playwright, som); see ``core``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from rollout.browser_pool import BrowserPool, Lease
+from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
+from rollout.env.observation import Observation, render
+from rollout.search_client import SearchClient
+from rollout.urls import UrlPolicy
+from shared.config import EnvConfig, SearchConfig
+
+__all__ = [
+    "Environment",
+    "EpisodeLimits",
+    "InfraError",
+    "Observation",
+    "StepResult",
+    "ToolError",
+    "make_env",
+    "policy_for",
+    "render",
+]
+
+
+def policy_for(web_url: str, env: EnvConfig) -> UrlPolicy:
+    """The allowlist: the web's own host and port, plus the configured extra hosts."""
+    netloc = urlsplit(web_url).netloc
+    return UrlPolicy(allowed_hosts=(netloc, *env.allowed_hosts))
+
+
+def search_endpoint(web_url: str, search: SearchConfig) -> str:
+    return search.url or f"{web_url.rstrip('/')}/api/search"
+
+
+def make_env(
+    mode: str,
+    web_url: str,
+    env: EnvConfig,
+    search: SearchConfig,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    lease: Lease | None = None,
+    run_dir: str | Path | None = None,
+    episode_id: str | None = None,
+    verifier=None,
+) -> Environment:
+    """An environment for one episode. api mode needs ``session`` (for search); the
+    browser modes need ``lease`` (a context from a :class:`BrowserPool`)."""
+    policy = policy_for(web_url, env)
+    limits = EpisodeLimits(env.max_steps, env.action_timeout_s, env.observation_chars)
+    if mode == "api":
+        if session is None:
+            raise ValueError("api mode needs an aiohttp session for the search client")
+        from rollout.env.api import ApiBackend
+
+        client = SearchClient(
+            search_endpoint(web_url, search), session,
+            top_k=search.top_k, timeout_s=search.timeout_s, retries=search.retries,
+        )  # fmt: skip
+        backend = ApiBackend(client, policy, timeout_s=env.action_timeout_s)
+    elif mode in ("playwright", "som"):
+        if lease is None:
+            raise ValueError(f"{mode} mode needs a browser lease (BrowserPool.context())")
+        from rollout.env.browser import PlaywrightBackend, SomBackend
+
+        if mode == "som":
+            backend = SomBackend(
+                lease, policy, action_timeout_s=env.action_timeout_s, screenshots=env.screenshots
+            )
+        else:
+            backend = PlaywrightBackend(lease, policy, action_timeout_s=env.action_timeout_s)
+    else:
+        raise ValueError(f"unknown mode {mode!r}; expected api, playwright or som")
+    return Environment(
+        mode, backend, policy, limits=limits, verifier=verifier, run_dir=run_dir,
+        episode_id=episode_id,
+    )  # fmt: skip
+
+
+def pool_for(env: EnvConfig, browsers: int, contexts_per_browser: int, recycle_after: int):
+    from rollout.browser_pool import PoolConfig
+
+    return BrowserPool(
+        PoolConfig(
+            browsers=browsers,
+            contexts_per_browser=contexts_per_browser,
+            recycle_after=recycle_after,
+            executable=env.browser_path,
+        )
+    )

@@ -1,0 +1,234 @@
+"""The environment wrapper: ``reset(task)``, ``step(model text or Action)``, ``close()``.
+
+One episode per instance. Every step is parsed (the mode's dialect and URL
+allowlist), run by the mode's backend under a timeout, recorded (episode record
+and progress tracker) and, on ``answer``, scored by the task's verifier. Errors
+have one policy per kind:
+
+- the agent's errors (unparsable text, a refused URL, a missing selector, a
+  page that fails or times out) become an error observation and the episode
+  goes on;
+- infrastructure errors (the browser under the episode died) end the episode
+  with status ``infra_error``, which the rollout engine reruns rather than
+  scoring as a zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rollout.actions import Action, Answer, describe_actions
+from rollout.env.observation import Observation, render
+from rollout.parser import ParseError, parse
+from rollout.records import EpisodeRecord, Step
+from rollout.tracker import EpisodeTracker
+from rollout.urls import UrlPolicy
+from rollout.verifiers import Reward, VerifierConfig, verify
+
+
+class ToolError(RuntimeError):
+    """An action that could not be carried out; shown to the agent, the episode goes on."""
+
+
+class InfraError(RuntimeError):
+    """The infrastructure under the episode failed; the episode ends as ``infra_error``."""
+
+
+class Backend(Protocol):
+    """How a mode carries out actions (api: HTTP; playwright and som: a browser)."""
+
+    async def start(self, start_url: str) -> Observation: ...
+    async def act(self, action: Action) -> Observation: ...
+    async def close(self) -> None: ...
+    @property
+    def url(self) -> str | None: ...
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    text: str  # the observation as the model reads it ("" once the episode is over)
+    reward: float
+    terminated: bool  # ended by an answer, or by an infrastructure failure
+    truncated: bool  # ended by the step budget
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_steps: int = 30
+    action_timeout_s: float = 10.0
+    observation_chars: int = 4000
+
+
+class Environment:
+    def __init__(
+        self,
+        mode: str,
+        backend: Backend,
+        policy: UrlPolicy,
+        *,
+        limits: EpisodeLimits = EpisodeLimits(),
+        verifier: VerifierConfig | None = None,
+        run_dir: str | Path | None = None,
+        episode_id: str | None = None,
+    ):
+        self.mode, self.backend, self.policy = mode, backend, policy
+        self.limits, self.verifier = limits, verifier
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.episode_id = episode_id or uuid.uuid4().hex[:16]
+        self.record: EpisodeRecord | None = None
+        self.tracker: EpisodeTracker | None = None
+        self.done = False
+        self.first: Observation | None = None
+
+    # ------------------------------------------------------------------ prompts
+
+    def system_prompt(self) -> str:
+        return describe_actions(self.mode, self.policy_hosts())
+
+    def policy_hosts(self) -> tuple[str, ...]:
+        return tuple(getattr(self.policy, "allowed_hosts", ()))
+
+    def user_prompt(self) -> str:
+        assert self.record is not None and self.first is not None, "reset() first"
+        question = self.record.task["question"]
+        return f"Question: {question}\n\n{render(self.first, self.limits.observation_chars)}"
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat so far's opening: system (the actions) and user (question + first view)."""
+        return [
+            {"role": "system", "content": self.system_prompt()},
+            {"role": "user", "content": self.user_prompt()},
+        ]
+
+    # ------------------------------------------------------------------ episode
+
+    async def reset(self, task: Mapping[str, Any]) -> Observation:
+        if self.record is not None:
+            raise RuntimeError("an Environment runs one episode; make a new one")
+        self.record = EpisodeRecord(self.episode_id, dict(task), self.mode, started=time.time())
+        try:
+            self.first = await asyncio.wait_for(
+                self.backend.start(str(task["start_url"])), self.limits.action_timeout_s
+            )
+        except (TimeoutError, ToolError) as e:
+            msg = "timed out" if isinstance(e, asyncio.TimeoutError) else str(e)
+            self.first = Observation("", url=str(task["start_url"]), error=f"start page: {msg}")
+        self.record.system_prompt = self.system_prompt()
+        self.record.user_prompt = self.user_prompt()
+        if self.run_dir is not None:
+            self.tracker = EpisodeTracker(self.run_dir, self.record)
+        return self.first
+
+    async def step(self, action: Action | str) -> StepResult:
+        if self.record is None:
+            raise RuntimeError("reset() before step()")
+        if self.done:
+            raise RuntimeError("the episode is over")
+        started = time.time()
+        raw = action if isinstance(action, str) else action.render()
+        parsed = (
+            parse(action, self.mode, self.policy, base_url=self.backend.url)
+            if isinstance(action, str)
+            else action
+        )
+        if isinstance(parsed, ParseError):
+            obs = Observation("", url=self.backend.url, error=parsed.message, summary="parse error")
+            return self._after(raw, None, obs, started, "parse_error")
+        if isinstance(parsed, Answer):
+            return self._answer(raw, parsed, started)
+        error = None
+        try:
+            obs = await asyncio.wait_for(self.backend.act(parsed), self.limits.action_timeout_s)
+        except TimeoutError:
+            error = "timeout"
+            obs = Observation(
+                "",
+                url=self.backend.url,
+                error=f"{parsed.name} timed out after {self.limits.action_timeout_s:g} s",
+                summary="timed out",
+            )
+        except ToolError as e:
+            error = "tool_error"
+            obs = Observation("", url=self.backend.url, error=str(e), summary=f"error: {e}")
+        except InfraError as e:
+            return self._infra(raw, parsed, started, str(e))
+        if parsed.note:
+            obs = Observation(**{**obs.__dict__, "note": parsed.note})
+        return self._after(raw, parsed, obs, started, error)
+
+    # ------------------------------------------------------------------ endings
+
+    def _record_step(self, raw, action, obs, text, started, error) -> None:
+        step = Step(
+            index=len(self.record.steps) + 1,
+            raw=raw,
+            action=action.name if action is not None else None,
+            args=action.args() if action is not None else {},
+            observation=text,
+            summary=obs.summary or (obs.error or "")[:100],
+            error=error,
+            url=obs.url,
+            page_text=obs.page_text,
+            started=started,
+            ended=time.time(),
+            note=getattr(action, "note", "") or "",
+        )
+        if self.tracker is not None:
+            self.tracker.log_step(step)
+        else:
+            self.record.steps.append(step)
+
+    def _after(self, raw, action, obs, started, error) -> StepResult:
+        text = render(obs, self.limits.observation_chars)
+        self._record_step(raw, action, obs, text, started, error)
+        info = {"error": error, "step_ms": (time.time() - started) * 1e3}
+        if len(self.record.steps) >= self.limits.max_steps:
+            reward = self._finish("truncated", None)
+            info.update(status="truncated", reward_breakdown=reward.breakdown)
+            return StepResult(obs, text, reward.value, False, True, info)
+        return StepResult(obs, text, 0.0, False, False, info)
+
+    def _answer(self, raw: str, action: Answer, started: float) -> StepResult:
+        obs = Observation("", url=self.backend.url, summary="answered")
+        self._record_step(raw, action, obs, "", started, None)
+        reward = self._finish("ok", action.text)
+        info = {"status": "ok", "reward_breakdown": reward.breakdown, "answer": action.text}
+        return StepResult(obs, "", reward.value, True, False, info)
+
+    def _infra(self, raw: str, action: Action, started: float, why: str) -> StepResult:
+        obs = Observation("", url=self.backend.url, error=why, summary="infrastructure error")
+        self._record_step(raw, action, obs, "", started, "tool_error")
+        self.done = True
+        if self.tracker is not None:
+            self.tracker.finish("infra_error", error=why)
+        else:
+            self.record.status, self.record.error = "infra_error", why
+        return StepResult(obs, "", 0.0, True, False, {"status": "infra_error", "error": why})
+
+    def _finish(self, status: str, answer: str | None) -> Reward:
+        self.done = True
+        reward = verify(self.record.task, answer, self.record, self.verifier)
+        if self.tracker is not None:
+            self.tracker.finish(status, answer=answer, reward=reward)
+        else:
+            rec = self.record
+            rec.status, rec.answer, rec.reward = status, answer, reward.value
+            rec.breakdown, rec.ended = dict(reward.breakdown), time.time()
+        return reward
+
+    async def close(self) -> None:
+        if self.record is not None and not self.done:
+            self.done = True
+            if self.tracker is not None:
+                self.tracker.finish("truncated", error="closed before the episode ended")
+        if self.tracker is not None:
+            self.tracker.close()
+        await self.backend.close()

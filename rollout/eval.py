@@ -1,0 +1,146 @@
+"""`python -m rollout.eval --mode api|playwright|som --policy oracle --split test --n N`.
+
+Runs episodes through the full harness (environment, parser, verifiers,
+progress tracker) and prints a final JSON line:
+``{"mode", "policy", "n", "success_rate", "mean_reward", "mean_steps",
+"step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
+episode's progress file and trajectory record land in DIR. ``--tasks FILE``
+runs tasks from a JSONL file of the same schema instead of the generator (their
+URLs must be allowed: extend ``env.allowed_hosts``). The local web is started as
+a child process unless ``web.url`` names a running one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from rollout.browser_pool import BrowserLost
+from rollout.env import make_env, pool_for
+from rollout.policies import OraclePolicy
+from rollout.procs import start_child
+from shared.config import RunConfig, add_config_args, config_from_args
+
+
+async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, index) -> dict:
+    """One oracle episode; returns its outcome (reward, steps, status, step times)."""
+    lease_cm = pool.context() if pool is not None else contextlib.nullcontext()
+    try:
+        async with lease_cm as lease:
+            env = make_env(
+                mode, web_url, cfg.env, cfg.search, session=session, lease=lease,
+                run_dir=out, episode_id=f"{index:05d}-{task['id']}",
+            )  # fmt: skip
+            try:
+                await env.reset(task)
+                policy = OraclePolicy(task, mode, web_url)
+                text, times = env.user_prompt(), []
+                while True:
+                    r = await env.step(policy.next(text))
+                    times.append(r.info.get("step_ms", 0.0))
+                    text = r.text
+                    if r.terminated or r.truncated:
+                        break
+                status = r.info.get("status", "ok")
+                return {"reward": r.reward, "steps": len(times), "status": status, "ms": times}
+            finally:
+                await env.close()
+    except BrowserLost as e:
+        return {"reward": 0.0, "steps": 0, "status": "infra_error", "ms": [], "error": str(e)}
+
+
+def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[dict]:
+    if args.tasks:
+        with open(args.tasks, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()][: args.n]
+    from rollout.tasks.generate import generate
+    from rollout.web.build import load
+
+    return generate(load(cfg.web.cache_dir), args.split, args.n, seed=args.seed, base_url=web_url)
+
+
+async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
+    web = None
+    web_url = cfg.web.url
+    if web_url is None:
+        web = await start_child(
+            ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cfg.web.cache_dir}"], "web"
+        )
+        web_url = web.url
+    pool = None
+    try:
+        tasks = load_tasks(cfg, args, web_url)
+        if args.mode != "api":
+            r = cfg.rollout
+            pool = pool_for(cfg.env, r.browsers, r.contexts_per_browser, r.recycle_after)
+            await pool.start()
+        out = Path(args.out) if args.out else None
+        sem = asyncio.Semaphore(args.parallel)
+        async with aiohttp.ClientSession() as session:
+
+            async def one(i: int, task: dict) -> dict:
+                async with sem:
+                    return await run_episode(task, args.mode, web_url, cfg, pool, session, out, i)
+
+            t0 = time.monotonic()
+            results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+            wall = time.monotonic() - t0
+    finally:
+        if pool is not None:
+            await pool.close()
+        if web is not None:
+            await web.stop()
+    return summarise(args, results, wall)
+
+
+def summarise(args: argparse.Namespace, results: list[dict], wall: float) -> dict:
+    ms = sorted(m for r in results for m in r["ms"])
+    ok = [r for r in results if r["status"] != "infra_error"]
+
+    def pct(q: float) -> float:
+        return round(ms[min(len(ms) - 1, int(q * len(ms)))], 1) if ms else 0.0
+
+    return {
+        "mode": args.mode,
+        "policy": args.policy,
+        "n": len(results),
+        "success_rate": round(sum(r["reward"] >= 1.0 for r in ok) / max(1, len(ok)), 4),
+        "mean_reward": round(statistics.fmean(r["reward"] for r in ok), 4) if ok else 0.0,
+        "mean_steps": round(statistics.fmean(r["steps"] for r in ok), 2) if ok else 0.0,
+        "step_p50_ms": pct(0.5),
+        "step_p95_ms": pct(0.95),
+        "infra_errors": len(results) - len(ok),
+        "episodes_per_s": round(len(results) / wall, 2) if wall else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rollout.eval", description=__doc__)
+    add_config_args(p)
+    p.add_argument("--mode", choices=("api", "playwright", "som"), required=True)
+    p.add_argument("--policy", choices=("oracle",), default="oracle")
+    p.add_argument("--split", choices=("train", "dev", "test"), default="test")
+    p.add_argument("--n", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", type=int, default=4, help="episodes at once")
+    p.add_argument("--out", help="directory for progress files and trajectory records")
+    p.add_argument("--tasks", help="a JSONL file of tasks to run instead of generated ones")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args)
+    if args.n < 1 or args.parallel < 1:
+        p.error("--n and --parallel must be at least 1")
+    result = asyncio.run(evaluate(cfg, args))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Scripted policies that write model text, so the parser and the whole harness are exercised.
+
+:class:`OraclePolicy` follows a task's gold path in the mode's dialect and then
+answers only with what it read: it looks for each evidence quote and for the
+answer in its own observations, and gives up (answers "unknown") when they are
+not there. Its success therefore shows that the observations carry the
+evidence, not that the oracle knows the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote_plus, urldefrag
+
+from rollout.web.text import normalize_space
+
+GIVE_UP = "unknown"
+MAX_SCROLLS = 12  # som mode: screens to scroll through looking for the evidence
+
+
+def _fold(text: str) -> str:
+    return normalize_space(text).lower()
+
+
+class OraclePolicy:
+    def __init__(self, task: dict, mode: str, web_url: str):
+        self.task, self.mode, self.web = task, mode, web_url.rstrip("/")
+        self.plan = list(task["gold_path"])
+        self.seen: list[str] = []
+        self.pending_quote: str | None = None
+        self.scrolls = 0
+
+    # ------------------------------------------------------------------ the dialects
+
+    def _call(self, name: str, *args: object) -> str:
+        if self.mode == "api":
+            tag = {"search": "query", "visit": "url", "answer": "answer"}[name]
+            return f"<action>{name}</action><{tag}>{args[0]}</{tag}>"
+        return f"{name}({', '.join(json.dumps(a) for a in args)})"
+
+    def _search(self, query: str) -> str:
+        if self.mode == "api":
+            return self._call("search", query)
+        return self._call("goto", f"{self.web}/search?q={quote_plus(query)}")
+
+    def _visit(self, url: str) -> str:
+        return self._call("visit" if self.mode == "api" else "goto", url)
+
+    # ------------------------------------------------------------------ acting
+
+    def next(self, observation: str) -> str:
+        """The model text for the next step, given the text of the last observation."""
+        self.seen.append(_fold(observation))
+        missing = self._missing_quote()
+        if missing is not None and self.pending_quote is not None:
+            extra = self._look_further(missing)
+            if extra is not None:
+                return extra
+        if self.plan:
+            step = self.plan.pop(0)
+            if step["action"] == "visit":
+                self.pending_quote = self._quote_for(step["args"]["url"])
+                self.scrolls = 0
+                return self._visit(step["args"]["url"])
+            self.pending_quote = None
+            return self._search(step["args"]["query"])
+        return self._call("answer", self._answer())
+
+    def _quote_for(self, url: str) -> str | None:
+        page = urldefrag(url).url
+        quotes = [e["quote"] for e in self.task["evidence"] if e["url"] == page]
+        return quotes[0] if quotes else None
+
+    def _missing_quote(self) -> str | None:
+        if self.pending_quote is None or _fold(self.pending_quote) in self.seen[-1]:
+            return None
+        return self.pending_quote
+
+    def _look_further(self, quote: str) -> str | None:
+        """The evidence is on the page but not in view: read further, as a reader would."""
+        if self.mode == "playwright" and self.scrolls == 0:
+            self.scrolls += 1
+            words = json.dumps(quote[:60])
+            return self._call("extract_text", f"text={words}")
+        if self.mode == "som" and self.scrolls < MAX_SCROLLS:
+            self.scrolls += 1
+            return self._call("scroll", "down")
+        return None
+
+    def _answer(self) -> str:
+        read = "\n".join(self.seen)
+        quotes_seen = all(_fold(e["quote"]) in read for e in self.task["evidence"])
+        facts = self.task.get("key_facts") or [self.task["answer"]]
+        if not quotes_seen or not all(_fold(f) in read for f in facts):
+            return GIVE_UP
+        answer = self.task["answer"]
+        if self.task["type"] == "citation":
+            urls = dict.fromkeys(e["url"] for e in self.task["evidence"])
+            answer += "\n" + "\n".join(f"[{i}] {u}" for i, u in enumerate(urls, 1))
+        return answer

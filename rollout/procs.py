@@ -1,0 +1,67 @@
+"""Child servers on loopback: start one, read the URL it announces, stop it and its group.
+
+Every server of the project prints ``serving on http://HOST:PORT`` once it
+listens; parents start children with ``--port 0`` and read that line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+READY = "serving on "
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+class Child:
+    def __init__(self, proc: asyncio.subprocess.Process, url: str, name: str):
+        self.proc, self.url, self.name = proc, url, name
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM its process group, then SIGKILL if it lingers: nothing is left behind."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                await self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # stray grandchildren, if any
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+async def start_child(
+    module_args: list[str], name: str, *, timeout: float = 240.0, log: Path | None = None
+) -> Child:
+    """``python -m <module_args>`` in its own process group; returns once it is serving."""
+    stderr = open(log, "ab") if log is not None else asyncio.subprocess.DEVNULL  # noqa: SIM115
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", *module_args,
+            cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=stderr, start_new_session=True,
+        )  # fmt: skip
+    finally:
+        if log is not None:
+            stderr.close()
+    try:
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+            if not line:
+                raise ChildFailed(f"{name} exited with code {await proc.wait()} before serving")
+            text = line.decode(errors="replace").strip()
+            if text.startswith(READY):
+                return Child(proc, text[len(READY) :], name)
+    except (TimeoutError, ChildFailed):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
