@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 
 from rollout.browser_pool import BrowserLost
-from rollout.env import make_env, pool_for
+from rollout.env import browser_pool, make_env
 from rollout.policies import OraclePolicy
 from rollout.procs import start_child
 from shared.config import RunConfig, add_config_args, config_from_args
@@ -75,29 +75,33 @@ async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
             ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cfg.web.cache_dir}"], "web"
         )
         web_url = web.url
-    pool = None
     try:
         tasks = load_tasks(cfg, args, web_url)
-        if args.mode != "api":
-            r = cfg.rollout
-            pool = pool_for(cfg.env, r.browsers, r.contexts_per_browser, r.recycle_after)
-            await pool.start()
-        out = Path(args.out) if args.out else None
-        sem = asyncio.Semaphore(args.parallel)
-        async with aiohttp.ClientSession() as session:
-
-            async def one(i: int, task: dict) -> dict:
-                async with sem:
-                    return await run_episode(task, args.mode, web_url, cfg, pool, session, out, i)
-
-            t0 = time.monotonic()
-            results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
-            wall = time.monotonic() - t0
+        browsers = (
+            browser_pool(web_url, cfg.env, cfg.rollout)
+            if args.mode != "api"
+            else contextlib.nullcontext()
+        )
+        async with browsers as pool:
+            return await run_all(cfg, args, tasks, web_url, pool)
     finally:
-        if pool is not None:
-            await pool.close()
         if web is not None:
             await web.stop()
+
+
+async def run_all(cfg: RunConfig, args, tasks: list[dict], web_url: str, pool) -> dict:
+    """Every task's episode, ``args.parallel`` at a time."""
+    out = Path(args.out) if args.out else None
+    sem = asyncio.Semaphore(args.parallel)
+    async with aiohttp.ClientSession() as session:
+
+        async def one(i: int, task: dict) -> dict:
+            async with sem:
+                return await run_episode(task, args.mode, web_url, cfg, pool, session, out, i)
+
+        t0 = time.monotonic()
+        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+        wall = time.monotonic() - t0
     return summarise(args, results, wall)
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from rollout.browser_pool import BrowserPool, Lease
+from rollout.browser_pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
+from rollout.egress import EgressProxy
 from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
 from rollout.env.observation import Observation, render
 from rollout.search_client import SearchClient
 from rollout.urls import UrlPolicy
-from shared.config import EnvConfig, SearchConfig
+from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
 __all__ = [
     "Environment",
@@ -21,6 +23,7 @@ __all__ = [
     "Observation",
     "StepResult",
     "ToolError",
+    "browser_pool",
     "make_env",
     "policy_for",
     "render",
@@ -82,14 +85,24 @@ def make_env(
     )  # fmt: skip
 
 
-def pool_for(env: EnvConfig, browsers: int, contexts_per_browser: int, recycle_after: int):
-    from rollout.browser_pool import PoolConfig
-
-    return BrowserPool(
+@contextlib.asynccontextmanager
+async def browser_pool(web_url: str, env: EnvConfig, rollout: RolloutConfig):
+    """The egress proxy (the allowlist, enforced for every request) and a browser pool
+    whose browsers reach the network only through it; both closed on exit."""
+    proxy = EgressProxy(policy_for(web_url, env))
+    await proxy.start()
+    pool = BrowserPool(
         PoolConfig(
-            browsers=browsers,
-            contexts_per_browser=contexts_per_browser,
-            recycle_after=recycle_after,
+            browsers=rollout.browsers,
+            contexts_per_browser=rollout.contexts_per_browser,
+            recycle_after=rollout.recycle_after,
             executable=env.browser_path,
+            args=(*DEFAULT_ARGS, *proxy.browser_args),
         )
     )
+    try:
+        await pool.start()
+        yield pool
+    finally:
+        await pool.close()
+        await proxy.close()

@@ -134,5 +134,8 @@ class ApiBackend:
         summary = f"HTTP {status}, {title or url}"[:100]
         return Observation(text, url=url, title=title, error=error, summary=summary, page_text=text)
 
+    async def recover(self) -> None:
+        pass  # a timed-out request was cancelled with its task: nothing lingers
+
     async def close(self) -> None:
         await self.session.close()

@@ -4,9 +4,10 @@
 readable text; ``SomBackend`` (som mode) numbers the interactive elements and
 acts on them by number through the ``data-som-id`` attribute the labeler sets.
 
-Every request the page makes is checked against the URL allowlist before it
-leaves the browser: a link, a redirect or a script cannot take the agent to a
-host it could not name itself. Dialogs are dismissed and reported, popups
+Every request the page makes leaves the browser through the egress proxy
+(``rollout.egress``), which forwards only allowed URLs: a link, a redirect or a
+script cannot take the agent to a host it could not name itself. A refusal is
+reported as the step's error. Dialogs are dismissed and reported, popups
 become the current page, and a crashed tab is replaced; only a lost browser is
 an infrastructure error.
 """
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from urllib.parse import urlsplit
 
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Page, Request, Route
+from playwright.async_api import Page, Request
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from rollout.actions import (
     Action,
@@ -35,13 +36,13 @@ from rollout.actions import (
     SomType,
 )
 from rollout.browser_pool import Lease
-from rollout.env.core import InfraError, ToolError
+from rollout.egress import REFUSED_HEADER
+from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.observation import Observation
 from rollout.env.som_js import LABEL_JS, OVERLAY_JS, REMOVE_OVERLAY_JS
 from rollout.urls import UrlPolicy, is_allowed
 
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
-_LOCAL_SCHEMES = ("data:", "blob:", "about:")
 
 
 class PlaywrightBackend:
@@ -63,7 +64,6 @@ class PlaywrightBackend:
 
     async def start(self, start_url: str) -> Observation:
         ctx = self.lease.context
-        await ctx.route(_suspect_urls(self.policy), self._guard)
         ctx.on("page", self._adopt)
         self.page = await self._guarded(ctx.new_page())
         self._watch(self.page)
@@ -75,6 +75,7 @@ class PlaywrightBackend:
         page.on("request", self._count_up)
         page.on("requestfinished", self._count_down)
         page.on("requestfailed", self._count_down)
+        page.on("response", self._response)
 
     def _adopt(self, page: Page) -> None:  # a popup or target=_blank: it becomes current
         if page is not self.page:
@@ -93,14 +94,10 @@ class PlaywrightBackend:
         with contextlib.suppress(PlaywrightError):
             await dialog.dismiss()
 
-    async def _guard(self, route: Route, request: Request) -> None:
-        url = request.url
-        local = url.startswith(_LOCAL_SCHEMES) and not request.is_navigation_request()
-        if local or is_allowed(url, self.policy):
-            await route.continue_()
-        else:
-            self.refused.append(url)
-            await route.abort("blockedbyclient")
+    def _response(self, response) -> None:
+        refused = response.headers.get(REFUSED_HEADER.lower())
+        if refused:
+            self.refused.append(refused)
 
     # ------------------------------------------------------------------ actions
 
@@ -118,6 +115,9 @@ class PlaywrightBackend:
             if "crash" in str(e).lower():  # the tab died, the browser lives: a new tab
                 await self._replace_page()
                 raise ToolError("the page crashed; a blank page is open now") from None
+            if isinstance(e, PlaywrightTimeout):
+                await self.recover()
+                raise ActionTimeout(f"{action.name} timed out: {_first_line(e)}") from None
             raise ToolError(self._explain(action, e)) from None
         return self._decorate(obs, shot)
 
@@ -127,9 +127,9 @@ class PlaywrightBackend:
             case Goto(url=url):
                 await page.goto(url, wait_until="load")
             case Click(selector=sel):
-                await page.click(sel)
+                await (await self._present(sel)).click()
             case Fill(selector=sel, value=value):
-                await page.fill(sel, value)
+                await (await self._present(sel)).fill(value)
             case Scroll(dx=dx, dy=dy):
                 await page.evaluate("([x, y]) => window.scrollBy(x, y)", [dx, dy])
             case Back():
@@ -145,6 +145,14 @@ class PlaywrightBackend:
             case _:
                 raise ToolError(f"{action.name} is not available in {self.mode} mode")
         return None
+
+    async def _present(self, selector: str):
+        """The first element a selector matches, failing at once (not after the timeout)
+        when none does: an agent's wrong selector is its error to fix, not a wait."""
+        loc = self.page.locator(selector)
+        if await loc.count() == 0:
+            raise ToolError(f"no element matches {selector!r}")
+        return loc.first
 
     async def _settle(self) -> None:
         """Give the page's own requests (JavaScript fetching content) a moment to finish."""
@@ -194,6 +202,19 @@ class PlaywrightBackend:
         if self.refused:
             return f"refused to load {self.refused[0]} (not an allowed site)"
         return f"{action.name} failed: {msg}"
+
+    async def recover(self) -> None:
+        """After a timeout: stop the page loading, so the next action meets the page the
+        agent was on (a navigation that never commits would otherwise block every call)."""
+        try:
+            cdp = await asyncio.wait_for(self.lease.context.new_cdp_session(self.page), 2)
+            await asyncio.wait_for(cdp.send("Page.stopLoading"), 2)
+            await asyncio.wait_for(cdp.detach(), 2)
+        except (PlaywrightError, TimeoutError):
+            if self.lease.browser_lost:
+                return
+            await self._replace_page()
+        self.inflight = 0
 
     async def _replace_page(self) -> None:
         page = await self._guarded(self.lease.context.new_page())
@@ -272,26 +293,6 @@ class SomBackend(PlaywrightBackend):
             view["text"], url=page.url, title=title, summary=_summary(page.url, title),
             screenshot=shot, page_text=view["text"],
         )  # fmt: skip
-
-
-def _suspect_urls(policy: UrlPolicy) -> re.Pattern[str]:
-    """Requests that must be checked in Python: all but plainly allowed ones.
-
-    Matching runs inside the browser driver, so a page's ordinary requests to the
-    allowed sites cost no round trip. The plainly-allowed part is a strict subset of
-    what ``is_allowed`` accepts (exact host, no credentials), so nothing slips by:
-    anything unusual is checked in full by ``_guard``.
-    """
-    plain = []
-    for entry in policy.allowed_hosts:
-        if entry.startswith("*") or entry.startswith("["):
-            continue
-        host, _, port = entry.partition(":")
-        port_re = re.escape(":" + port) if port else r"(?::\d+)?"
-        plain.append(re.escape(host.lower()) + port_re)
-    if not plain:
-        return re.compile(r"^")
-    return re.compile(rf"^(?!https?://(?:{'|'.join(plain)})(?:[/?#]|$))")
 
 
 def _harmless_href(href: str) -> bool:

@@ -36,6 +36,10 @@ class ToolError(RuntimeError):
     """An action that could not be carried out; shown to the agent, the episode goes on."""
 
 
+class ActionTimeout(ToolError):
+    """The action ran out of time inside the tool (e.g. a page that never finished loading)."""
+
+
 class InfraError(RuntimeError):
     """The infrastructure under the episode failed; the episode ends as ``infra_error``."""
 
@@ -45,6 +49,7 @@ class Backend(Protocol):
 
     async def start(self, start_url: str) -> Observation: ...
     async def act(self, action: Action) -> Observation: ...
+    async def recover(self) -> None: ...  # after a timeout, make the next action possible
     async def close(self) -> None: ...
     @property
     def url(self) -> str | None: ...
@@ -147,14 +152,12 @@ class Environment:
         error = None
         try:
             obs = await asyncio.wait_for(self.backend.act(parsed), self.limits.action_timeout_s)
-        except TimeoutError:
+        except (TimeoutError, ActionTimeout) as e:
+            if not isinstance(e, ActionTimeout):
+                await self.backend.recover()
             error = "timeout"
-            obs = Observation(
-                "",
-                url=self.backend.url,
-                error=f"{parsed.name} timed out after {self.limits.action_timeout_s:g} s",
-                summary="timed out",
-            )
+            why = str(e) or f"{parsed.name} timed out after {self.limits.action_timeout_s:g} s"
+            obs = Observation("", url=self.backend.url, error=why, summary="timed out")
         except ToolError as e:
             error = "tool_error"
             obs = Observation("", url=self.backend.url, error=str(e), summary=f"error: {e}")
