@@ -10,6 +10,8 @@ evidence, not that the oracle knows the answer.
 from __future__ import annotations
 
 import json
+import random
+import re
 from urllib.parse import quote_plus, urldefrag
 
 from rollout.web.text import normalize_space
@@ -98,3 +100,44 @@ class OraclePolicy:
             urls = dict.fromkeys(e["url"] for e in self.task["evidence"])
             answer += "\n" + "\n".join(f"[{i}] {u}" for i, u in enumerate(urls, 1))
         return answer
+
+
+class NoisyOraclePolicy(OraclePolicy):
+    """The oracle, but each decision is wrong with probability ``p``, plausibly so: it
+    opens another result from its last search, or answers with another name it read.
+
+    Its episodes succeed sometimes and fail sometimes, which makes it a source of
+    imperfect demonstrations (and of groups with reward variance)."""
+
+    def __init__(self, task: dict, mode: str, web_url: str, *, p: float = 0.35, seed: int = 0):
+        super().__init__(task, mode, web_url)
+        self.p = p
+        self.rng = random.Random(seed)
+        self.last_raw = ""
+
+    def next(self, observation: str) -> str:
+        self.last_raw = observation
+        if self.plan and self.plan[0]["action"] == "visit" and self.rng.random() < self.p:
+            wrong = self._other_url(self.plan[0]["args"]["url"])
+            if wrong is not None:
+                self.plan.pop(0)
+                self.seen.append(_fold(observation))
+                return self._visit(wrong)
+        text = super().next(observation)
+        if not self.plan and self.rng.random() < self.p and "answer" in text:
+            name = self._other_name()
+            if name is not None:
+                return self._call("answer", name)
+        return text
+
+    def _other_url(self, right: str) -> str | None:
+        urls = [u for u in _URL.findall(self.last_raw) if urldefrag(u).url != urldefrag(right).url]
+        return self.rng.choice(urls) if urls else None
+
+    def _other_name(self) -> str | None:
+        names = {n for n in _NAME.findall(self.last_raw) if _fold(n) != _fold(self.task["answer"])}
+        return self.rng.choice(sorted(names)) if names else None
+
+
+_URL = re.compile(r"https?://[^\s)\"'<>]+")
+_NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)?\b")

@@ -227,6 +227,12 @@ class Environment:
             rec.breakdown, rec.ended = dict(reward.breakdown), time.time()
         return reward
 
+    def truncate(self) -> Reward:
+        """End the episode now as truncated (e.g. its token budget ran out), scored as such."""
+        if self.done:
+            raise RuntimeError("the episode is over")
+        return self._finish("truncated", None)
+
     async def close(self) -> None:
         if self.record is not None and not self.done:
             self.done = True

@@ -1,0 +1,186 @@
+"""The parallel rollout engine: G episodes per task, concurrently, into the group buffer.
+
+- For each task, ``group_size`` samples run at once; ``max_concurrent_episodes``
+  bounds all episodes in flight.
+- An episode that ends in ``infra_error`` (a lost browser, an inference server
+  that stayed down) is rerun, up to ``max_retries`` times; a group that still
+  cannot be completed is dropped and counted, so an infrastructure failure is
+  never scored as a zero reward inside a GRPO group.
+- Finished groups go to the persisted buffer, whose ``put`` waits while it is
+  full (backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from rollout.buffer import TrajectoryBuffer
+from rollout.env import make_env
+from rollout.episode import Limits, run_episode
+from rollout.inference import InferenceClient, Sampling
+from rollout.policies import NoisyOraclePolicy, OraclePolicy
+from shared.config import RunConfig
+from shared.tokenizer import Tokenizer
+from shared.wire import Trajectory, TrajectoryGroup
+
+STEP_BUCKETS_MS = (25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+@dataclass
+class EngineStats:
+    episodes: int = 0
+    successes: int = 0
+    infra_errors: int = 0
+    reruns: int = 0
+    groups: int = 0
+    groups_dropped: int = 0
+    started: float = field(default_factory=time.monotonic)
+    step_ms: list[int] = field(default_factory=lambda: [0] * (len(STEP_BUCKETS_MS) + 1))
+    step_ms_sum: float = 0.0
+    recent: deque = field(default_factory=lambda: deque(maxlen=50))
+
+    def observe_steps(self, ms: float) -> None:
+        i = next((i for i, b in enumerate(STEP_BUCKETS_MS) if ms <= b), len(STEP_BUCKETS_MS))
+        self.step_ms[i] += 1
+        self.step_ms_sum += ms
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        web_url: str,
+        tasks: Iterator[dict],
+        tokenizer: Tokenizer,
+        buffer: TrajectoryBuffer,
+        session: aiohttp.ClientSession,
+        *,
+        client: InferenceClient | None = None,
+        pool=None,
+        run_dir: str | Path | None = None,
+        seed: int = 0,
+    ):
+        self.cfg, self.web_url, self.tasks, self.tok = cfg, web_url, tasks, tokenizer
+        self.buffer, self.session, self.client, self.pool = buffer, session, client, pool
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.stats = EngineStats()
+        self.version = 0  # the policy version the inference servers hold
+        self.rng = random.Random(seed)
+        self._episodes = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
+        self._counter = itertools.count()
+        inf = cfg.inference
+        self.limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
+        self.sampling = Sampling(
+            inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tokenizer.stop_ids
+        )
+        if cfg.rollout.policy == "model" and client is None:
+            raise ValueError("rollout.policy = 'model' needs an inference client")
+
+    async def run(self) -> None:
+        """Produce groups until cancelled."""
+        g = self.cfg.rollout.group_size
+        workers = max(1, -(-self.cfg.rollout.max_concurrent_episodes // g))
+        await asyncio.gather(*(self._worker() for _ in range(workers)))
+
+    async def _worker(self) -> None:
+        for task in self.tasks:
+            group = await self.run_group(task, f"{task['id']}.{next(self._counter)}")
+            if group is not None:
+                await self.buffer.put(group)
+
+    async def run_group(self, task: dict, group_id: str) -> TrajectoryGroup | None:
+        samples = await asyncio.gather(
+            *(self._sample(task, group_id, i) for i in range(self.cfg.rollout.group_size))
+        )
+        if any(t is None for t in samples):
+            self.stats.groups_dropped += 1
+            return None
+        self.stats.groups += 1
+        return TrajectoryGroup(group_id, task["id"], samples)
+
+    async def _sample(self, task: dict, group_id: str, i: int) -> Trajectory | None:
+        for attempt in range(self.cfg.rollout.max_retries + 1):
+            if attempt:
+                self.stats.reruns += 1
+            t = await self._episode(task, group_id, i, attempt)
+            self.stats.episodes += 1
+            if t.status != "infra_error":
+                self.stats.successes += t.reward >= 1.0
+                return t
+            self.stats.infra_errors += 1
+        return None
+
+    async def _episode(self, task: dict, group_id: str, i: int, attempt: int) -> Trajectory:
+        from rollout.browser_pool import BrowserLost
+
+        mode = self.cfg.env.mode
+        episode_id = f"{group_id}-{i}-{attempt}".replace("/", "_")
+        async with self._episodes:
+            lease_cm = self.pool.context() if self.pool is not None else contextlib.nullcontext()
+            try:
+                async with lease_cm as lease:
+                    env = make_env(
+                        mode, self.web_url, self.cfg.env, self.cfg.search, session=self.session,
+                        lease=lease, run_dir=self.run_dir, episode_id=episode_id,
+                    )  # fmt: skip
+                    scripted = self._scripted(task, i)
+                    t0 = time.monotonic()
+                    traj = await run_episode(
+                        env, task, self.tok, group_id=group_id, sample_index=i,
+                        limits=self.limits, client=self.client, sampling=self.sampling,
+                        scripted=scripted,
+                    )  # fmt: skip
+                    if traj.num_steps:
+                        self.stats.observe_steps((time.monotonic() - t0) * 1e3 / traj.num_steps)
+                    self._remember(task, env, traj)
+                    return traj
+            except BrowserLost:
+                return _infra_trajectory(task, group_id, i)
+
+    def _scripted(self, task: dict, i: int):
+        policy = self.cfg.rollout.policy
+        if policy == "oracle":
+            return OraclePolicy(task, self.cfg.env.mode, self.web_url).next
+        if policy == "noisy_oracle":
+            seed = self.rng.randrange(2**31)
+            return NoisyOraclePolicy(task, self.cfg.env.mode, self.web_url, seed=seed).next
+        return None
+
+    def _remember(self, task: dict, env, traj: Trajectory) -> None:
+        steps = [
+            {"action": s.action, "args": s.args, "summary": s.summary, "error": s.error}
+            for s in env.record.steps
+        ]
+        self.stats.recent.append(
+            {"task": task["id"], "question": task["question"], "status": traj.status,
+             "reward": traj.reward, "steps": steps}
+        )  # fmt: skip
+
+
+def _infra_trajectory(task: dict, group_id: str, i: int) -> Trajectory:
+    import numpy as np
+
+    empty_i, empty_f = np.zeros(0, np.int32), np.zeros(0, np.float32)
+    return Trajectory(
+        task["id"], group_id, i, empty_i, np.zeros(0, np.uint8), empty_f, empty_i,
+        reward=0.0, status="infra_error",
+    )  # fmt: skip
+
+
+def cycle_tasks(tasks: list[dict], seed: int = 0) -> Iterator[dict]:
+    """Tasks in a fresh shuffled order each pass, forever."""
+    rng = random.Random(seed)
+    order = list(tasks)
+    while True:
+        rng.shuffle(order)
+        yield from order

@@ -1,0 +1,283 @@
+"""`python -m rollout.serve --config ...`: the rollout sidecar (aiohttp).
+
+It runs the rollout engine against the web, the browsers and the inference
+servers the config names, and serves finished GRPO groups to the learner:
+
+  GET  /batch?groups=N&timeout=S[&ack=ID,ID]  msgpack TrajectoryGroups (long poll);
+                                             ``ack`` confirms the groups of the
+                                             previous batch (they are never served again)
+  POST /weights {"version", "path"}          new weights: every inference server loads
+                                             them (pause, update, continue)
+  GET  /health                               "ok"
+  GET  /metrics                              Prometheus text
+  GET  /                                     a live dashboard of recent episodes
+
+Binds to 127.0.0.1 by default. With ``rollout.auth_token`` set, every endpoint
+wants ``Authorization: Bearer <token>``; request bodies are capped at
+``rollout.max_request_bytes``. The local web is started as a child process unless
+``web.url`` names one; ``inference.urls`` must name the servers when the policy
+is the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import html
+import json
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from rollout.buffer import TrajectoryBuffer
+from rollout.engine import STEP_BUCKETS_MS, RolloutEngine, cycle_tasks
+from rollout.env import browser_pool
+from rollout.inference import InferenceClient, InferenceError
+from rollout.procs import start_child
+from shared.config import RunConfig, add_config_args, config_from_args
+from shared.tokenizer import load_tokenizer
+from shared.wire import encode_groups
+
+ENGINE = web.AppKey("engine", RolloutEngine)
+CONFIG = web.AppKey("config", RunConfig)
+MAX_GROUPS_PER_BATCH = 256
+MAX_POLL_S = 120.0
+
+
+def _auth_middleware(token: str | None):
+    @web.middleware
+    async def check(request: web.Request, handler):
+        if token is not None:
+            got = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+                return web.json_response(
+                    {"error": "missing or wrong bearer token"}, status=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )  # fmt: skip
+        return await handler(request)
+
+    return check
+
+
+def _number(request: web.Request, name: str, default: float, lo: float, hi: float) -> float:
+    try:
+        value = float(request.query.get(name, default))
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be a number") from None
+    if not lo <= value <= hi:
+        raise web.HTTPBadRequest(text=f"{name} must be in [{lo}, {hi}]")
+    return value
+
+
+async def batch(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    n = int(_number(request, "groups", 1, 1, MAX_GROUPS_PER_BATCH))
+    timeout = _number(request, "timeout", 30, 0, MAX_POLL_S)
+    acks = [a for a in request.query.get("ack", "").split(",") if a]
+    engine.buffer.ack(acks)
+    lag = engine.cfg.rollout.max_policy_lag
+
+    def stale(group) -> str | None:
+        v = group.columns["versions"]
+        used = v[v >= 0]
+        oldest = int(used.min()) if used.size else engine.version
+        return (
+            f"version {oldest} < {engine.version - lag}" if oldest < engine.version - lag else None
+        )
+
+    groups = await engine.buffer.take(n, timeout, stale)
+    return web.Response(
+        body=encode_groups(groups),
+        content_type="application/x-msgpack",
+        headers={"X-Groups": str(len(groups))},
+    )
+
+
+async def weights(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    cfg = request.app[CONFIG]
+    try:
+        body = await request.json()
+        version, path = body["version"], body["path"]
+        if not isinstance(path, str) or not isinstance(version, int | str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        return web.json_response({"error": 'expected {"version": int, "path": str}'}, status=400)
+    root = Path(cfg.checkpoint.dir).resolve()
+    target = (root / path).resolve()
+    if not target.is_relative_to(root):
+        return web.json_response({"error": f"path must lie under {root}"}, status=400)
+    if engine.client is None:
+        engine.version = int(version)
+        return web.json_response({"success": True, "message": "no inference servers to update"})
+    try:
+        await engine.client.update_weights(str(target), str(version))
+    except InferenceError as e:
+        return web.json_response({"success": False, "message": str(e)}, status=502)
+    engine.version = int(version)
+    return web.json_response({"success": True, "message": f"weights {version} loaded"})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def metrics_text(engine: RolloutEngine) -> str:
+    s = engine.stats
+    import time
+
+    elapsed = max(1e-9, time.monotonic() - s.started)
+    lines = [
+        "# TYPE rollout_episodes_total counter", f"rollout_episodes_total {s.episodes}",
+        "# TYPE rollout_episodes_per_second gauge",
+        f"rollout_episodes_per_second {s.episodes / elapsed:.4f}",
+        "# TYPE rollout_success_rate gauge",
+        f"rollout_success_rate {s.successes / max(1, s.episodes - s.infra_errors):.4f}",
+        "# TYPE rollout_infra_errors_total counter", f"rollout_infra_errors_total {s.infra_errors}",
+        "# TYPE rollout_groups_total counter", f"rollout_groups_total {s.groups}",
+        "# TYPE rollout_groups_dropped_total counter",
+        f"rollout_groups_dropped_total {s.groups_dropped}",
+        "# TYPE rollout_buffer_depth gauge", f"rollout_buffer_depth {engine.buffer.depth}",
+        "# TYPE rollout_stale_dropped_total counter",
+        f"rollout_stale_dropped_total {engine.buffer.counts['dropped']}",
+        "# TYPE rollout_live_browsers gauge",
+        f"rollout_live_browsers {engine.pool.live_browsers if engine.pool is not None else 0}",
+        "# TYPE rollout_policy_version gauge", f"rollout_policy_version {engine.version}",
+        "# TYPE rollout_step_latency_ms histogram",
+    ]  # fmt: skip
+    total = 0
+    for bound, count in zip((*STEP_BUCKETS_MS, "+Inf"), s.step_ms, strict=True):
+        total += count
+        lines.append(f'rollout_step_latency_ms_bucket{{le="{bound}"}} {total}')
+    lines += [
+        f"rollout_step_latency_ms_sum {s.step_ms_sum:.1f}",
+        f"rollout_step_latency_ms_count {total}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(text=metrics_text(request.app[ENGINE]), content_type="text/plain")
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    s = engine.stats
+    rows = []
+    for ep in reversed(engine.stats.recent):
+        steps = "".join(
+            f"<li>{html.escape(str(st['action']))}({html.escape(json.dumps(st['args'])[:120])})"
+            f" &rarr; {html.escape(st['summary'] or st['error'] or '')}</li>"
+            for st in ep["steps"]
+        )
+        rows.append(
+            f"<tr><td>{html.escape(ep['task'])}</td><td>{html.escape(ep['question'])}</td>"
+            f"<td>{html.escape(ep['status'])}</td><td class=reward>{ep['reward']:.2f}</td>"
+            f"<td><ol>{steps}</ol></td></tr>"
+        )
+    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Rollout sidecar</title>
+<meta http-equiv="refresh" content="5"></head><body>
+<h1>Rollout sidecar</h1>
+<p id="summary">episodes {s.episodes} &middot; groups {s.groups} &middot; dropped {s.groups_dropped}
+&middot; infra errors {s.infra_errors} &middot; buffer {engine.buffer.depth} &middot;
+policy version {engine.version}</p>
+<table id="episodes"><tr><th>task</th><th>question</th><th>status</th><th>reward</th><th>steps</th></tr>
+{"".join(rows)}</table></body></html>"""
+    return web.Response(text=body, content_type="text/html")
+
+
+def make_app(engine: RolloutEngine, cfg: RunConfig) -> web.Application:
+    app = web.Application(
+        client_max_size=cfg.rollout.max_request_bytes,
+        middlewares=[_auth_middleware(cfg.rollout.auth_token)],
+    )
+    app[ENGINE], app[CONFIG] = engine, cfg
+    app.router.add_get("/batch", batch)
+    app.router.add_post("/weights", weights)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/", dashboard)
+    return app
+
+
+async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    web_child = None
+    web_url = cfg.web.url
+    if web_url is None:
+        web_child = await start_child(
+            ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cfg.web.cache_dir}"], "web"
+        )
+        web_url = web_child.url
+    try:
+        tasks = _load_tasks(cfg, tasks_file, web_url)
+        pool_cm = (
+            browser_pool(web_url, cfg.env, cfg.rollout)
+            if cfg.env.mode != "api"
+            else contextlib.nullcontext()
+        )
+        async with aiohttp.ClientSession() as session, pool_cm as pool:
+            client = None
+            if cfg.rollout.policy == "model":
+                client = InferenceClient(
+                    list(cfg.inference.urls), session,
+                    timeout_s=cfg.inference.timeout_s, retries=cfg.inference.retries,
+                )  # fmt: skip
+            buffer = TrajectoryBuffer(
+                run_dir / cfg.rollout.buffer_dir, cfg.rollout.buffer_max_groups
+            )
+            engine = RolloutEngine(
+                cfg, web_url, cycle_tasks(tasks), load_tokenizer(), buffer, session,
+                client=client, pool=pool, run_dir=run_dir / "episodes",
+            )  # fmt: skip
+            runner = web.AppRunner(make_app(engine, cfg), access_log=None, shutdown_timeout=1)
+            await runner.setup()
+            await web.TCPSite(runner, cfg.rollout.host, cfg.rollout.port).start()
+            print(f"serving on http://{cfg.rollout.host}:{runner.addresses[0][1]}", flush=True)
+            work = asyncio.create_task(engine.run())
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            await runner.cleanup()
+            buffer.close()
+    finally:
+        if web_child is not None:
+            await web_child.stop()
+
+
+def _load_tasks(cfg: RunConfig, tasks_file: str | None, web_url: str) -> list[dict]:
+    if tasks_file:
+        with open(tasks_file, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    from rollout.tasks.generate import generate
+    from rollout.web.build import load
+
+    lw = load(cfg.web.cache_dir)
+    return generate(lw, cfg.rollout.split, 2000, types=cfg.rollout.task_types, base_url=web_url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rollout.serve", description=__doc__)
+    add_config_args(p)
+    p.add_argument("--run-dir", default=None, help="where the buffer and episode logs go")
+    p.add_argument("--tasks", help="a JSONL file of tasks (default: the generator's split)")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args)
+    run_dir = Path(args.run_dir or Path(cfg.logging.run_dir) / "sidecar")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(serve(cfg, run_dir, args.tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
