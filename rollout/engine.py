@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import random
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,9 @@ class RolloutEngine:
         self.rng = random.Random(seed)
         self._episodes = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         self._counter = itertools.count()
+        # Group ids must never repeat, across restarts too: the buffer serves by id.
+        self._instance = uuid.uuid4().hex[:8]
+        self.errors: deque[str] = deque(maxlen=20)
         inf = cfg.inference
         self.limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
         self.sampling = Sampling(
@@ -94,7 +98,8 @@ class RolloutEngine:
 
     async def _worker(self) -> None:
         for task in self.tasks:
-            group = await self.run_group(task, f"{task['id']}.{next(self._counter)}")
+            gid = f"{task['id']}.{self._instance}.{next(self._counter)}"
+            group = await self.run_group(task, gid)
             if group is not None:
                 await self.buffer.put(group)
 
@@ -145,6 +150,9 @@ class RolloutEngine:
                     self._remember(task, env, traj)
                     return traj
             except BrowserLost:
+                return _infra_trajectory(task, group_id, i)
+            except Exception as e:  # failure isolation: one episode's bug ends only it
+                self.errors.append(f"{episode_id}: {type(e).__name__}: {e}")
                 return _infra_trajectory(task, group_id, i)
 
     def _scripted(self, task: dict, i: int):
