@@ -43,10 +43,13 @@ def sidecar(web_url, tmp_path_factory):
 
 async def test_batches_decode_and_are_well_formed(sidecar):
     url, _ = sidecar
-    async with aiohttp.ClientSession(headers=AUTH) as s:
-        async with s.get(f"{url}/batch", params={"groups": "3", "timeout": "60"}) as r:
-            assert r.status == 200 and r.content_type == "application/x-msgpack"
-            groups = decode_groups(await r.read())
+    params = {"groups": "3", "timeout": "60"}
+    async with (
+        aiohttp.ClientSession(headers=AUTH) as s,
+        s.get(f"{url}/batch", params=params) as r,
+    ):
+        assert r.status == 200 and r.content_type == "application/x-msgpack"
+        groups = decode_groups(await r.read())
     assert groups and int(r.headers["X-Groups"]) == len(groups)
     for g in groups:
         assert len(g) == 2 and len({t.sample_index for t in g.trajectories}) == 2
