@@ -115,8 +115,9 @@ class RolloutEngine:
 
     async def _sample(self, task: dict, group_id: str, i: int) -> Trajectory | None:
         for attempt in range(self.cfg.rollout.max_retries + 1):
-            if attempt:
+            if attempt:  # back off: a restarting server or browser needs a moment
                 self.stats.reruns += 1
+                await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 10.0))
             t = await self._episode(task, group_id, i, attempt)
             self.stats.episodes += 1
             if t.status != "infra_error":

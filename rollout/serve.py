@@ -139,6 +139,7 @@ def metrics_text(engine: RolloutEngine) -> str:
         "# TYPE rollout_success_rate gauge",
         f"rollout_success_rate {s.successes / max(1, s.episodes - s.infra_errors):.4f}",
         "# TYPE rollout_infra_errors_total counter", f"rollout_infra_errors_total {s.infra_errors}",
+        "# TYPE rollout_reruns_total counter", f"rollout_reruns_total {s.reruns}",
         "# TYPE rollout_groups_total counter", f"rollout_groups_total {s.groups}",
         "# TYPE rollout_groups_dropped_total counter",
         f"rollout_groups_dropped_total {s.groups_dropped}",

@@ -67,3 +67,55 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
             # The reward is the verifier's on the recorded answer.
             rec = records[f"{g.group_id}-{t.sample_index}-0"]
             assert verify(by_task[g.task_id], rec.answer, rec).value == pytest.approx(t.reward)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metric(text: str, name: str) -> float:
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path):
+    import os
+    import signal
+
+    port = _free_port()
+    cmd = ["learner.serve", "--init", "tiny", "--port", str(port)]
+    serve, serve_url = start_server(cmd, "serving on")
+    args = sidecar_args(
+        web_url, tmp_path,
+        **{"rollout.policy": "model", "inference.urls": f'["{serve_url}"]', "inference.retries": 1,
+           "rollout.max_retries": 6, "env.max_steps": 2, "inference.max_new_tokens": 8},
+    )  # fmt: skip
+    sidecar, url = start_server(args, "serving on")
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def pull() -> list:
+                async with s.get(f"{url}/batch", params={"groups": "2", "timeout": "60"}) as r:
+                    return decode_groups(await r.read())
+
+            assert await pull()
+            os.kill(serve.pid, signal.SIGKILL)  # mid-run: episodes are generating
+            serve.wait()
+            time.sleep(2.0)
+            serve, _ = start_server(cmd, "serving on")
+            got = []
+            deadline = time.monotonic() + 120
+            while len(got) < 3:
+                assert time.monotonic() < deadline, "the run did not go on"
+                got += await pull()
+            async with s.get(f"{url}/metrics") as r:
+                text = await r.text()
+        assert _metric(text, "rollout_infra_errors_total") >= 1  # episodes hit the outage
+        assert _metric(text, "rollout_reruns_total") >= 1  # ... and were run again
+        assert all(t.status != "infra_error" for g in got for t in g.trajectories)
+    finally:
+        stop_server(sidecar)
+        stop_server(serve)
