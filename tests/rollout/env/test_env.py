@@ -242,3 +242,26 @@ async def test_budget_truncates_and_answers_terminate(web_url):
         with pytest.raises(RuntimeError, match="over"):
             await env.step("<action>answer</action><answer>Paris</answer>")
         await env.close()
+
+
+async def test_screenshots_are_pngs_and_som_draws_its_marks(pool, web_url):
+    env, cm = await browser_env(pool, "playwright", web_url, start="/geo/country/FR")
+    try:
+        r = await env.step("screenshot()")
+        assert r.observation.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "[screenshot:" in r.text and "The capital of France is Paris." in r.text
+    finally:
+        await close(env, cm)
+    marked = config(screenshots=True)
+    plain_env, pcm = await browser_env(pool, "som", web_url, start="/geo/country/FR")
+    som_env, scm = await browser_env(pool, "som", web_url, cfg=marked, start="/geo/country/FR")
+    try:
+        assert plain_env.first.screenshot is None
+        shot = som_env.first.screenshot
+        assert shot is not None and shot[:4] == b"\x89PNG"
+        # The marks are drawn for the picture only: the page itself is left unchanged.
+        overlay = await som_env.backend.page.evaluate("!!document.getElementById('__som_overlay')")
+        assert overlay is False
+    finally:
+        await close(plain_env, pcm)
+        await close(som_env, scm)
