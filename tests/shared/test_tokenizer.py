@@ -65,7 +65,11 @@ def _word_level_dir(tmp_path, specials, template, config_extra):
 def test_tiny_tokenizer_special_ids_and_size():
     tok = load_tokenizer()
     assert tok.vocab_size == 4096
-    assert [tok.token_to_id(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")] == [0, 1, 2]
+    assert [tok.token_to_id(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")] == [
+        0,
+        1,
+        2,
+    ]
     assert (tok.eos_id, tok.pad_id, tok.bos_id) == (2, 0, None)
     assert tok.stop_ids == (2, 0)
 
@@ -86,7 +90,10 @@ def test_tiny_chat_template_renders_chatml_and_ids():
     tok = load_tokenizer()
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q?"}]
     text = tok.apply_chat_template(messages, add_generation_prompt=True)
-    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text
+        == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
+    )
     no_prompt = tok.apply_chat_template(messages, add_generation_prompt=False)
     assert no_prompt == text.removesuffix("<|im_start|>assistant\n")
     ids = tok.apply_chat_template(messages, tokenize=True)
@@ -149,7 +156,11 @@ def test_tokenizer_files_copy_and_round_trip(tmp_path):
     write_tokenizer_files(files, tmp_path / "a")
     assert copy_tokenizer_files(tmp_path / "a", tmp_path / "b") == sorted(files)
     a, b = load_tokenizer(tmp_path / "a"), load_tokenizer(tmp_path / "b")
-    assert a.encode("Seek › Atlas") == b.encode("Seek › Atlas") == load_tokenizer().encode("Seek › Atlas")
+    assert (
+        a.encode("Seek › Atlas")
+        == b.encode("Seek › Atlas")
+        == load_tokenizer().encode("Seek › Atlas")
+    )
     with pytest.raises(ValueError, match="not a tokenizer file"):
         write_tokenizer_files({"../evil": ""}, tmp_path / "c")
     with pytest.raises(FileNotFoundError):
@@ -163,7 +174,9 @@ def test_training_is_deterministic(tmp_path):
     corpus = [*action_texts(), "The population of Gumia is 48,141."] * 20
     for name in ("a", "b"):
         train_tokenizer(corpus, vocab_size=400).save(tmp_path / name)
-    assert (tmp_path / "a/tokenizer.json").read_bytes() == (tmp_path / "b/tokenizer.json").read_bytes()
+    assert (tmp_path / "a/tokenizer.json").read_bytes() == (
+        tmp_path / "b/tokenizer.json"
+    ).read_bytes()
     tok = load_tokenizer(tmp_path / "a")
     assert tok.vocab_size == 400 and tok.eos_id == 2
     assert tok.decode(tok.encode("<action>search</action>")) == "<action>search</action>"
