@@ -1,0 +1,114 @@
+"""GRPO, as pure functions over arrays (jit- and grad-safe; no Python branching on values).
+
+Shapes: B sequences (= groups x G samples, group-major), T tokens.
+
+- :func:`group_advantages`: A_i = (r_i - mean_group) / (std_group + eps), or without
+  the std division (Dr. GRPO); groups whose rewards all agree carry no signal
+  and are dropped (their weight is 0).
+- :func:`grpo_loss`: PPO-clip with separate low/high clip (clip-higher), token
+  masking, truncated importance sampling between the rollout engine's logprobs
+  and the learner's, optional k3 KL to a frozen reference, and three loss
+  aggregations: ``token_mean`` (over all unmasked tokens of the batch),
+  ``seq_mean_token_mean`` (per sequence, then over sequences) and ``constant``
+  (summed tokens over a fixed normaliser, as Dr. GRPO).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+Aggregation = Literal["token_mean", "seq_mean_token_mean", "constant"]
+
+
+def group_advantages(
+    rewards_b: jax.Array, group_size: int, *, scale: bool = True, eps: float = 1e-6
+) -> tuple[jax.Array, jax.Array]:
+    """(advantages (B,), keep (B,)): group-normalised rewards, and 0/1 for groups with
+    reward variance. std is the population std over the group (ddof=0)."""
+    r = rewards_b.reshape(-1, group_size).astype(jnp.float32)  # (groups, G)
+    mean = r.mean(axis=1, keepdims=True)
+    std = r.std(axis=1, keepdims=True)
+    centred = r - mean
+    has_signal = std > 0
+    adv = centred / jnp.where(has_signal, std + eps, 1.0) if scale else centred
+    keep = jnp.broadcast_to(has_signal, r.shape)
+    return jnp.where(keep, adv, 0.0).reshape(-1), keep.astype(jnp.float32).reshape(-1)
+
+
+def grpo_loss(
+    logp_bt: jax.Array,
+    old_logp_bt: jax.Array,
+    adv_b: jax.Array,
+    mask_bt: jax.Array,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: Aggregation = "token_mean",
+    constant: float | None = None,
+    ref_logp_bt: jax.Array | None = None,
+    kl_coef: float = 0.0,
+    rollout_logp_bt: jax.Array | None = None,
+    tis_cap: float = 0.0,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The scalar loss to minimise and its metrics.
+
+    ``old_logp_bt`` are the behaviour policy's logprobs the ratio is taken against
+    (the rollout's, or the learner's recomputed ones); with ``rollout_logp_bt`` and
+    ``tis_cap > 0``, each token is also weighted by min(exp(old - rollout), cap),
+    correcting for the mismatch between inference and learner numerics.
+    """
+    mask = mask_bt.astype(jnp.float32)
+    adv = adv_b[:, None]  # (B, 1)
+    log_ratio = (logp_bt - old_logp_bt) * mask
+    ratio = jnp.exp(log_ratio)  # (B, T)
+    clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = -jnp.minimum(ratio * adv, clipped * adv)
+    if rollout_logp_bt is not None and tis_cap > 0:
+        w = jnp.minimum(jnp.exp((old_logp_bt - rollout_logp_bt) * mask), tis_cap)
+        per_token = per_token * jax.lax.stop_gradient(w)
+    kl = jnp.zeros_like(per_token)
+    if ref_logp_bt is not None and kl_coef > 0:
+        d = (ref_logp_bt - logp_bt) * mask
+        kl = jnp.exp(d) - d - 1.0  # k3: unbiased, non-negative
+        per_token = per_token + kl_coef * kl
+    loss = aggregate(per_token, mask, agg, constant)
+    n = jnp.maximum(mask.sum(), 1.0)
+    clip_frac = (((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)) * mask).sum() / n
+    metrics = {
+        "clip_fraction": clip_frac,
+        "approx_kl": (((ratio - 1.0) - log_ratio) * mask).sum() / n,
+        "ratio_mean": (ratio * mask).sum() / n,
+        "ratio_max": jnp.where(mask > 0, ratio, -jnp.inf).max(),
+        "ratio_min": jnp.where(mask > 0, ratio, jnp.inf).min(),
+        "kl_ref": (kl * mask).sum() / n,
+        "tokens": mask.sum(),
+    }
+    return loss, metrics
+
+
+def aggregate(
+    per_token_bt: jax.Array, mask_bt: jax.Array, agg: Aggregation, constant: float | None = None
+) -> jax.Array:
+    mask = mask_bt.astype(jnp.float32)
+    total = (per_token_bt * mask).sum()
+    if agg == "token_mean":
+        return total / jnp.maximum(mask.sum(), 1.0)
+    if agg == "seq_mean_token_mean":
+        per_seq = (per_token_bt * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+        has = (mask.sum(axis=1) > 0).astype(jnp.float32)
+        return (per_seq * has).sum() / jnp.maximum(has.sum(), 1.0)
+    if agg == "constant":
+        norm = constant if constant is not None else float(per_token_bt.size)
+        return total / norm
+    raise ValueError(f"unknown loss aggregation {agg!r}")
+
+
+def token_entropy(logits_btv: jax.Array, mask_bt: jax.Array) -> jax.Array:
+    """Mean entropy (nats) of the policy over unmasked tokens."""
+    logp = jax.nn.log_softmax(logits_btv.astype(jnp.float32), axis=-1)
+    ent = -(jnp.exp(logp) * logp).sum(-1)  # (B, T)
+    mask = mask_bt.astype(jnp.float32)
+    return (ent * mask).sum() / jnp.maximum(mask.sum(), 1.0)
