@@ -1,10 +1,12 @@
-"""`python -m rollout.eval --mode api|playwright|som --policy oracle --split test --n N`.
+"""`python -m rollout.eval --mode api|playwright|som --policy oracle|server --split test --n N`.
 
 Runs episodes through the full harness (environment, parser, verifiers,
 progress tracker) and prints a final JSON line:
 ``{"mode", "policy", "n", "success_rate", "mean_reward", "mean_steps",
 "step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
-episode's progress file and trajectory record land in DIR. ``--tasks FILE``
+episode's progress file and trajectory record land in DIR. ``--policy server``
+evaluates the model behind ``inference.urls`` through the inference client, with
+the same harness and the configured sampling. ``--tasks FILE``
 runs tasks from a JSONL file of the same schema instead of the generator (their
 URLs must be allowed: extend ``env.allowed_hosts``). The local web is started as
 a child process unless ``web.url`` names a running one.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import statistics
 import sys
@@ -31,7 +34,8 @@ from shared.config import RunConfig, add_config_args, config_from_args
 
 
 async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, index) -> dict:
-    """One oracle episode; returns its outcome (reward, steps, status, step times)."""
+    """One episode (the oracle's, or the model's through the inference client); returns its
+    outcome (reward, steps, status, step times)."""
     lease_cm = pool.context() if pool is not None else contextlib.nullcontext()
     try:
         async with lease_cm as lease:
@@ -39,6 +43,8 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 mode, web_url, cfg.env, cfg.search, session=session, lease=lease,
                 run_dir=out, episode_id=f"{index:05d}-{task['id']}",
             )  # fmt: skip
+            if cfg.rollout.policy == "model":
+                return await _model_episode(env, task, cfg, session)
             try:
                 await env.reset(task)
                 policy = OraclePolicy(task, mode, web_url)
@@ -55,6 +61,25 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 await env.close()
     except BrowserLost as e:
         return {"reward": 0.0, "steps": 0, "status": "infra_error", "ms": [], "error": str(e)}
+
+
+async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
+    from rollout.episode import Limits
+    from rollout.episode import run_episode as run_tokens
+    from rollout.inference import InferenceClient, Sampling
+    from shared.tokenizer import load_tokenizer
+
+    inf = cfg.inference
+    tok = load_tokenizer()
+    client = InferenceClient(list(inf.urls), session, timeout_s=inf.timeout_s, retries=inf.retries)
+    sampling = Sampling(inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tok.stop_ids)
+    limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
+    t = await run_tokens(
+        env, task, tok, group_id="eval", sample_index=0, limits=limits, client=client,
+        sampling=sampling,
+    )  # fmt: skip
+    ms = [s.ended * 1e3 - s.started * 1e3 for s in env.record.steps]
+    return {"reward": t.reward, "steps": t.num_steps, "status": t.status, "ms": ms}
 
 
 def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[dict]:
@@ -130,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollout.eval", description=__doc__)
     add_config_args(p)
     p.add_argument("--mode", choices=("api", "playwright", "som"), required=True)
-    p.add_argument("--policy", choices=("oracle",), default="oracle")
+    p.add_argument(
+        "--policy",
+        choices=("oracle", "server"),
+        default="oracle",
+        help="the scripted oracle, or the model behind inference.urls",
+    )
     p.add_argument("--split", choices=("train", "dev", "test"), default="test")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
@@ -139,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", help="a JSONL file of tasks to run instead of generated ones")
     args = p.parse_args(argv)
     cfg = config_from_args(args)
+    if args.policy == "server":
+        if not cfg.inference.urls:
+            p.error(
+                '--policy server needs inference.urls (e.g. --set inference.urls=["http://..."])'
+            )
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy="model"))
     if args.n < 1 or args.parallel < 1:
         p.error("--n and --parallel must be at least 1")
     result = asyncio.run(evaluate(cfg, args))
