@@ -1,0 +1,155 @@
+"""The embedded inference server: decode and prefill throughput, and logprob agreement.
+
+Writes a checkpoint of the tiny model (random weights of a realistic scale),
+starts ``python -m learner.serve --checkpoint`` on a free loopback port and,
+after compiling every shape it uses, measures over HTTP:
+
+- ``decode_tok_s``: generated tokens per second with 1, 8 and 32 concurrent
+  sequences (32-token prompts, 128 new tokens each, eos ignored);
+- ``prefill_tok_s``: prompt tokens per second, 8 concurrent 480-token prompts
+  with one new token each;
+- ``logprob_max_abs_diff``: the largest difference between the logprobs the
+  server returned for 8 sampled sequences (temperature 1) and the learner's
+  teacher-forced recomputation with the same weights.
+
+    python bench/serve.py
+
+Final line: {"bench": "serve", "decode_tok_s": {"1", "8", "32"}, "prefill_tok_s",
+"logprob_max_abs_diff"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from flax import nnx  # noqa: E402
+
+from learner.checkpoint import Checkpointer  # noqa: E402
+from learner.model import Model, get_params, sequence_logprobs, set_params, tiny_config  # noqa: E402
+from shared.tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
+
+NEW_TOKENS = 128
+PROMPT_LEN = 32
+PREFILL_LEN = 480
+
+
+def make_model() -> Model:
+    model = Model(tiny_config(), rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    set_params(
+        model,
+        {
+            k: np.asarray(v) + 0.05 * rng.standard_normal(v.shape).astype(np.float32)
+            for k, v in get_params(model).items()
+        },
+    )
+    return model
+
+
+def start(checkpoint: Path) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "learner.serve", "--checkpoint", str(checkpoint), "--port", "0"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    url: list[str] = []
+    reader = threading.Thread(target=lambda: url.append(proc.stdout.readline().split()[-1]))
+    reader.start()
+    reader.join(300)
+    if not url:
+        proc.kill()
+        raise SystemExit("learner.serve did not start")
+    return proc, url[0]
+
+
+def prompt(n: int, seed: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(3, 4096, n)]
+
+
+async def generate(session: aiohttp.ClientSession, url: str, ids: list[int], **sampling) -> dict:
+    body = {"input_ids": ids, "sampling_params": sampling, "return_logprob": True}
+    async with session.post(url + "/generate", json=body) as r:
+        r.raise_for_status()
+        return await r.json()
+
+
+async def concurrent(session, url, prompts, **sampling) -> tuple[float, list[dict]]:
+    t0 = time.monotonic()
+    out = await asyncio.gather(*(generate(session, url, p, **sampling) for p in prompts))
+    return time.monotonic() - t0, out
+
+
+async def measure(url: str) -> tuple[dict[str, float], float, list[tuple[list[int], dict]]]:
+    decode = dict(temperature=1.0, max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+        decode_tok_s = {}
+        for c in (1, 8, 32):
+            prompts = [prompt(PROMPT_LEN, 100 * c + i) for i in range(c)]
+            await concurrent(s, url, prompts, **decode, seed=1)  # compile
+            wall, out = await concurrent(s, url, prompts, **decode, seed=2)
+            tokens = sum(len(o["output_ids"]) for o in out)
+            decode_tok_s[str(c)] = round(tokens / wall, 1)
+        long = [prompt(PREFILL_LEN, 7 + i) for i in range(8)]
+        await concurrent(s, url, long, max_new_tokens=1)  # compile
+        wall, _ = await concurrent(s, url, long, max_new_tokens=1)
+        prefill_tok_s = len(long) * PREFILL_LEN / wall
+        prompts = [prompt(PROMPT_LEN, 900 + i) for i in range(8)]
+        _, sampled = await concurrent(s, url, prompts, temperature=1.0, max_new_tokens=64, seed=3)
+    return decode_tok_s, prefill_tok_s, list(zip(prompts, sampled, strict=True))
+
+
+def logprob_diff(model: Model, sampled: list[tuple[list[int], dict]]) -> float:
+    worst = 0.0
+    for ids, item in sampled:
+        seq = ids + item["output_ids"]
+        ref = np.asarray(sequence_logprobs(model, np.asarray([seq])))[0, len(ids) :]
+        served = np.array([lp for lp, _, _ in item["meta_info"]["output_token_logprobs"]])
+        worst = max(worst, float(np.abs(served - ref).max()))
+    return worst
+
+
+def main() -> int:
+    model = make_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = Path(tmp) / "ckpt"
+        with Checkpointer(ckpt) as ck:
+            ck.save(
+                1,
+                params=get_params(model),
+                model_config=model.cfg,
+                tokenizer_dir=TINY_TOKENIZER_DIR,
+            )
+        proc, url = start(ckpt)
+        try:
+            decode_tok_s, prefill_tok_s, sampled = asyncio.run(measure(url))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    diff = logprob_diff(model, sampled)
+    print(
+        json.dumps(
+            {
+                "bench": "serve",
+                "decode_tok_s": decode_tok_s,
+                "prefill_tok_s": round(prefill_tok_s, 1),
+                "logprob_max_abs_diff": diff,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

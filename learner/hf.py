@@ -1,0 +1,238 @@
+"""Hugging Face checkpoints: load Llama / Qwen2 safetensors into the model, export back.
+
+An HF directory holds ``config.json``, the weights as ``model.safetensors`` or
+shards listed in ``model.safetensors.index.json``, and the tokenizer files. The
+weight names are the usual ones (``model.layers.N.self_attn.q_proj.weight``...,
+``lm_head.weight`` unless tied); torch ``Linear`` weights are (out, in) and the
+model keeps (in, heads, head_dim) kernels, so loading transposes and reshapes
+and exporting undoes it exactly.
+
+:func:`export_hf` writes the directory SGLang's ``update_weights_from_disk``
+loads: bf16 (or f32) shards of at most ``max_shard_bytes``, the index,
+``config.json`` with ``torch_dtype``, ``generation_config.json`` and the
+tokenizer files. It writes into a temporary sibling and renames it into place,
+so a reader never sees a half-written export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+from flax import nnx
+
+from learner import safetensors_io
+from learner.model import Model, get_params, set_params
+from learner.modelconfig import ModelConfig
+from shared.tokenizer import copy_tokenizer_files
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+NP_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+@dataclass(frozen=True)
+class WeightMap:
+    """One parameter: its path in the model, its HF name, and how the layouts relate."""
+
+    path: str
+    hf_name: str
+    to_hf: Callable[[np.ndarray], np.ndarray]
+    from_hf: Callable[[np.ndarray], np.ndarray]
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def weight_maps(cfg: ModelConfig) -> list[WeightMap]:
+    """Every parameter of the architecture with its HF name and layout conversions."""
+    e, h, kv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    out = [WeightMap("embed_tokens", "model.embed_tokens.weight", _same, _same)]
+    out.append(WeightMap("norm.weight", "model.norm.weight", _same, _same))
+    if not cfg.tie_word_embeddings:
+        out.append(WeightMap("lm_head", "lm_head.weight", np.transpose, np.transpose))
+    for i in range(cfg.num_layers):
+        ours, theirs = f"layers.{i}", f"model.layers.{i}"
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            out.append(WeightMap(f"{ours}.{norm}.weight", f"{theirs}.{norm}.weight", _same, _same))
+        for name, heads in (("q", h), ("k", kv), ("v", kv)):
+            out.append(
+                WeightMap(
+                    f"{ours}.self_attn.{name}_proj",
+                    f"{theirs}.self_attn.{name}_proj.weight",
+                    lambda x: x.reshape(e, -1).T,
+                    lambda x, n=heads: x.T.reshape(e, n, d),
+                )
+            )
+            if cfg.qkv_bias:
+                out.append(
+                    WeightMap(
+                        f"{ours}.self_attn.{name}_bias",
+                        f"{theirs}.self_attn.{name}_proj.bias",
+                        lambda x: x.reshape(-1),
+                        lambda x, n=heads: x.reshape(n, d),
+                    )
+                )
+        out.append(
+            WeightMap(
+                f"{ours}.self_attn.o_proj",
+                f"{theirs}.self_attn.o_proj.weight",
+                lambda x: x.reshape(h * d, e).T,
+                lambda x: x.T.reshape(h, d, e),
+            )
+        )
+        if cfg.o_bias:
+            out.append(
+                WeightMap(
+                    f"{ours}.self_attn.o_bias", f"{theirs}.self_attn.o_proj.bias", _same, _same
+                )
+            )
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            out.append(
+                WeightMap(
+                    f"{ours}.mlp.{proj}", f"{theirs}.mlp.{proj}.weight", np.transpose, np.transpose
+                )
+            )
+    return out
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path, **dtypes: str) -> ModelConfig:
+    """The :class:`ModelConfig` of an HF directory (``param_dtype``/``dtype`` as keywords)."""
+    return ModelConfig.from_hf_config(
+        json.loads((Path(path) / "config.json").read_text()), **dtypes
+    )
+
+
+def iter_tensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, array) of every tensor in an HF directory, shard by shard."""
+    path = Path(path)
+    if (path / INDEX).is_file():
+        index = json.loads((path / INDEX).read_text())
+        files = sorted(set(index["weight_map"].values()))
+    elif (path / SINGLE).is_file():
+        files = [SINGLE]
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path}: no safetensors weights")
+    for name in files:
+        yield from safetensors_io.load_file(path / name).items()
+
+
+def load_params(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """The model's parameters by path, read from an HF directory's safetensors."""
+    by_name = {m.hf_name: m for m in weight_maps(cfg)}
+    params = {}
+    for name, array in iter_tensors(path):
+        m = by_name.get(name)
+        if m is None:
+            if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                continue  # some tied checkpoints store the shared matrix twice
+            if name.endswith("rotary_emb.inv_freq"):
+                continue  # a buffer older checkpoints saved; recomputed from the config
+            raise KeyError(f"{path}: unexpected tensor {name}")
+        params[m.path] = np.asarray(m.from_hf(array))
+    missing = sorted(m.hf_name for m in by_name.values() if m.path not in params)
+    if missing:
+        raise KeyError(f"{path}: missing tensors {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    return params
+
+
+def load_hf(
+    path: str | Path, *, param_dtype: str = "float32", dtype: str = "float32", seed: int = 0
+) -> Model:
+    """A model built from an HF directory's ``config.json`` with its weights."""
+    cfg = load_config(path, param_dtype=param_dtype, dtype=dtype)
+    model = Model(cfg, rngs=nnx.Rngs(seed))
+    set_params(model, load_params(path, cfg))
+    return model
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def hf_tensors(model: Model, dtype: str = "bfloat16") -> dict[str, np.ndarray]:
+    """The model's weights under HF names and layouts, cast to ``dtype``."""
+    params = {k: np.asarray(v) for k, v in get_params(model).items()}
+    out = {}
+    for m in weight_maps(model.cfg):
+        out[m.hf_name] = np.ascontiguousarray(m.to_hf(params[m.path])).astype(NP_DTYPES[dtype])
+    return out
+
+
+def _shards(tensors: dict[str, np.ndarray], max_bytes: int) -> list[dict[str, np.ndarray]]:
+    """Tensors grouped in name order into shards of at most ``max_bytes`` (one tensor may exceed)."""
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        n = tensors[name].nbytes
+        if shards[-1] and size + n > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensors[name]
+        size += n
+    return shards
+
+
+def export_hf(
+    model: Model,
+    out_dir: str | Path,
+    *,
+    tokenizer_dir: str | Path | None = None,
+    dtype: str = "bfloat16",
+    max_shard_bytes: int = 2 << 30,
+) -> Path:
+    """Write ``model`` as an HF checkpoint directory (atomically: replaced only when complete)."""
+    if dtype not in NP_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(NP_DTYPES)}")
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        _write_weights(hf_tensors(model, dtype), tmp, max_shard_bytes)
+        cfg = model.cfg.to_hf_config(torch_dtype=dtype)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        generation = {"eos_token_id": list(model.cfg.eos_token_ids) or None}
+        if model.cfg.bos_token_id is not None:
+            generation["bos_token_id"] = model.cfg.bos_token_id
+        (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, tmp)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_weights(tensors: dict[str, np.ndarray], out: Path, max_shard_bytes: int) -> None:
+    shards = _shards(tensors, max_shard_bytes)
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards, start=1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        total += safetensors_io.save_file(shard, out / name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (out / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Move a finished directory to ``dst``; an old ``dst`` is swapped out, then deleted."""
+    old = None
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+        os.rename(dst, old)
+    os.rename(src, dst)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,277 @@
+"""`python -m learner.inspect CKPT`: what a checkpoint holds, how two differ, and HF export.
+
+    python -m learner.inspect CKPT [--step N] [--json]
+    python -m learner.inspect CKPT --diff OTHER [--json]
+    python -m learner.inspect CKPT --export-hf OUT [--dtype bfloat16|float32]
+
+``CKPT`` is a checkpoint root (its latest committed step) or one step directory.
+The report lists the step, the model, the metrics and data cursor saved with it,
+and every parameter with shape, dtype, size and the sharding it was saved with,
+then totals (reading metadata only: no array is loaded). ``--diff`` loads both
+checkpoints and reports the run-config and model-config keys that differ and,
+per tensor, both norms, the norm of the difference and the largest absolute
+difference. ``--export-hf`` writes the directory SGLang's
+``update_weights_from_disk`` loads. Tables go to a terminal; ``--json`` prints
+one JSON object for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from learner.checkpoint import Checkpointer, committed_steps
+from learner.loading import open_source, resolve_checkpoint, restore_checkpoint
+
+
+def describe_sharding(m: Any) -> str:
+    """Orbax sharding metadata as a short string: ``P('tensor', 'fsdp') @ data=1,fsdp=4,...``."""
+    spec = getattr(m, "partition_spec", None)
+    if spec is not None:
+        axes = getattr(m, "axis_names", None) or []
+        sizes = [int(s) for s in getattr(m, "shape", [])]
+        mesh = ",".join(f"{a}={s}" for a, s in zip(axes, sizes, strict=False))
+        return f"P{tuple(spec)!r} @ {mesh}"
+    device = getattr(m, "device_str", None)
+    return f"{device} (single device)" if device else type(m).__name__ if m else "-"
+
+
+def summary(path: str | Path, step: int | None = None) -> dict[str, Any]:
+    """The report of one checkpoint, as plain data."""
+    root, latest = resolve_checkpoint(path)
+    step = latest if step is None else step
+    ck = Checkpointer(root, read_only=True, async_save=False)
+    try:
+        meta, md, opt_md = ck.metadata(step)
+    finally:
+        ck.close()
+    params = []
+    for name, m in sorted(md.tree.items()):
+        size = int(np.prod(m.shape, dtype=np.int64))
+        nbytes = size * np.dtype(m.dtype).itemsize
+        params.append(
+            {
+                "name": name,
+                "shape": list(m.shape),
+                "dtype": str(np.dtype(m.dtype)),
+                "size": size,
+                "bytes": nbytes,
+                "sharding": describe_sharding(m.sharding),
+            }
+        )
+    mc = meta.get("model_config") or {}
+    return {
+        "path": str(root / str(step)),
+        "step": int(meta["step"]),
+        "committed_steps": committed_steps(root),
+        "model": mc.get("hf"),
+        "metrics": meta.get("metrics") or {},
+        "data_cursor": meta.get("data_cursor") or {},
+        "params": params,
+        "total_params": sum(p["size"] for p in params),
+        "total_bytes": sum(p["bytes"] for p in params),
+        "opt_state_bytes": _tree_bytes(opt_md),
+    }
+
+
+def _tree_bytes(md: Any) -> int:
+    """Bytes of every array in an Orbax metadata tree (0 when absent)."""
+    import jax
+
+    leaves = jax.tree.leaves(getattr(md, "tree", md) or {}, is_leaf=lambda x: hasattr(x, "shape"))
+    return sum(
+        int(np.prod(m.shape, dtype=np.int64)) * np.dtype(m.dtype).itemsize
+        for m in leaves
+        if hasattr(m, "shape")
+    )
+
+
+def _flat(d: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _dict_diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    fa, fb = _flat(a), _flat(b)
+    return [
+        {"key": k, "a": fa.get(k), "b": fb.get(k)}
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k)
+    ]
+
+
+def diff(path_a: str | Path, path_b: str | Path) -> dict[str, Any]:
+    """Config and per-tensor differences between two checkpoints (b - a)."""
+    ra, rb = restore_checkpoint(path_a), restore_checkpoint(path_b)
+    config_a = tomllib.loads(ra.config_toml) if ra.config_toml else {}
+    config_b = tomllib.loads(rb.config_toml) if rb.config_toml else {}
+    model_a = ra.model_config.to_hf_config() if ra.model_config else {}
+    model_b = rb.model_config.to_hf_config() if rb.model_config else {}
+    tensors = []
+    for name in sorted(set(ra.params) | set(rb.params)):
+        a, b = ra.params.get(name), rb.params.get(name)
+        row: dict[str, Any] = {"name": name}
+        if a is None or b is None or a.shape != b.shape:
+            row["only_in"] = "b" if a is None else "a" if b is None else None
+            row["shapes"] = [
+                None if a is None else list(a.shape),
+                None if b is None else list(b.shape),
+            ]
+        else:
+            a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            row.update(
+                norm_a=float(np.linalg.norm(a64)),
+                norm_b=float(np.linalg.norm(b64)),
+                diff_norm=float(np.linalg.norm(b64 - a64)),
+                max_abs_diff=float(np.max(np.abs(b64 - a64))) if a64.size else 0.0,
+            )
+        tensors.append(row)
+    return {
+        "a": {"path": str(path_a), "step": ra.step},
+        "b": {"path": str(path_b), "step": rb.step},
+        "config_diff": _dict_diff(config_a, config_b),
+        "model_config_diff": _dict_diff(model_a, model_b),
+        "tensors": tensors,
+    }
+
+
+def export(path: str | Path, out: str | Path, dtype: str = "bfloat16") -> Path:
+    """The checkpoint as an SGLang-loadable HF directory."""
+    from learner.hf import export_hf
+
+    source = open_source(checkpoint=path)
+    return export_hf(source.model, out, tokenizer_dir=source.tokenizer_dir, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def print_summary(s: dict[str, Any], console: Any) -> None:
+    from rich.table import Column, Table
+
+    console.print(
+        f"[bold]{s['path']}[/bold]  step {s['step']}  (committed: {s['committed_steps']})"
+    )
+    if s["model"]:
+        m = s["model"]
+        console.print(
+            f"model: {m['model_type']}, {m['num_hidden_layers']} layers, d_model "
+            f"{m['hidden_size']}, {m['num_attention_heads']} heads / {m['num_key_value_heads']} kv, "
+            f"vocab {m['vocab_size']}"
+        )
+    for title in ("metrics", "data_cursor"):
+        if s[title]:
+            console.print(f"{title}: " + ", ".join(f"{k}={v}" for k, v in s[title].items()))
+    table = Table("shape", "dtype", "size", "bytes", "sharding")
+    table.columns.insert(0, Column("parameter", no_wrap=True))
+    for p in s["params"]:
+        table.add_row(
+            p["name"],
+            "x".join(map(str, p["shape"])),
+            p["dtype"],
+            f"{p['size']:,}",
+            _human(p["bytes"]),
+            p["sharding"],
+        )
+    console.print(table)
+    console.print(f"total: {s['total_params']:,} parameters, {_human(s['total_bytes'])}")
+    if s["opt_state_bytes"]:
+        console.print(f"optimizer state: {_human(s['opt_state_bytes'])}")
+
+
+def print_diff(d: dict[str, Any], console: Any) -> None:
+    from rich.table import Column, Table
+
+    console.print(f"a: {d['a']['path']} (step {d['a']['step']})")
+    console.print(f"b: {d['b']['path']} (step {d['b']['step']})")
+    for title in ("config_diff", "model_config_diff"):
+        rows = d[title]
+        console.print(f"{title}: " + ("none" if not rows else ""))
+        for r in rows:
+            console.print(f"  {r['key']}: {r['a']!r} -> {r['b']!r}")
+    table = Table(Column("tensor", no_wrap=True), "norm a", "norm b", "|b - a|", "max |b - a|")
+    for t in d["tensors"]:
+        if "norm_a" in t:
+            table.add_row(
+                t["name"],
+                f"{t['norm_a']:.6g}",
+                f"{t['norm_b']:.6g}",
+                f"{t['diff_norm']:.6g}",
+                f"{t['max_abs_diff']:.6g}",
+            )
+        else:
+            table.add_row(t["name"], "-", "-", f"shapes {t['shapes']}", "-")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m learner.inspect",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoint", help="a checkpoint root or step directory")
+    parser.add_argument("--step", type=int, help="the step to read (default: latest committed)")
+    parser.add_argument("--diff", metavar="OTHER", help="compare with another checkpoint")
+    parser.add_argument("--export-hf", metavar="OUT", help="write an HF (SGLang) directory")
+    parser.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=("bfloat16", "float32"),
+        help="dtype of the exported weights (default bfloat16)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # Orbax's notes on read-only opens
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    path = args.checkpoint
+    if args.step is not None:
+        root, _ = resolve_checkpoint(path)
+        path = str(root / str(args.step))
+    try:
+        result: dict[str, Any] = {}
+        if args.export_hf:
+            out = export(path, args.export_hf, args.dtype)
+            result["exported"] = str(out)
+            if not args.json:
+                console.print(f"exported {path} to {out} ({args.dtype})")
+        if args.diff:
+            result["diff"] = diff(path, args.diff)
+            if not args.json:
+                print_diff(result["diff"], console)
+        if args.json or not (args.diff or args.export_hf):
+            result["summary"] = summary(path)
+            if not args.json:
+                print_summary(result["summary"], console)
+    except FileNotFoundError as e:
+        print(f"learner.inspect: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
