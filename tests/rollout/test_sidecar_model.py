@@ -13,6 +13,7 @@ from rollout.tracker import iter_record_files, read_record
 from rollout.verifiers import verify
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
+from tests.learner.helpers import teacher_forced_logprobs
 from tests.rollout.test_sidecar import sidecar_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.browser]
@@ -54,6 +55,7 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
         rec = read_record(path)
         records[rec.episode_id] = rec
     by_task = {t["id"]: t for t in tasks}
+    model = _served_model()
     for g in groups:
         assert len(g) == 4 and g.task_id in by_task
         for t in g.trajectories:
@@ -64,9 +66,22 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
             assert (t.logprobs[gen] < 0).all() and np.isfinite(t.logprobs).all()
             assert (t.logprobs[~gen] == 0).all() and (t.versions[~gen] == -1).all()
             assert (t.versions[gen] == 0).all()
+            # ... and they are the model's: the learner's teacher-forced logprobs agree.
+            learner_lp = teacher_forced_logprobs(model, t.tokens.tolist(), pad_to=1024)
+            np.testing.assert_allclose(t.logprobs[gen], learner_lp[gen], atol=1e-4)
             # The reward is the verifier's on the recorded answer.
             rec = records[f"{g.group_id}-{t.sample_index}-0"]
             assert verify(by_task[g.task_id], rec.answer, rec).value == pytest.approx(t.reward)
+
+
+def _served_model():
+    """The weights `learner.serve --init tiny` serves (its default seed)."""
+    from flax import nnx
+
+    from learner.model import Model
+    from learner.modelconfig import tiny_config
+
+    return Model(tiny_config(), rngs=nnx.Rngs(0))
 
 
 def _free_port() -> int:
