@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import random
@@ -166,13 +167,16 @@ class RolloutEngine:
         return None
 
     def _remember(self, task: dict, env, traj: Trajectory) -> None:
+        """Keep the episode for the dashboard (with its last SoM screenshot, if any)."""
         steps = [
             {"action": s.action, "args": s.args, "summary": s.summary, "error": s.error}
             for s in env.record.steps
         ]
+        shot = getattr(env.backend, "last_screenshot", None)
         self.stats.recent.append(
             {"task": task["id"], "question": task["question"], "status": traj.status,
-             "reward": traj.reward, "steps": steps}
+             "reward": traj.reward, "steps": steps,
+             "screenshot": base64.b64encode(shot).decode() if shot else None}
         )  # fmt: skip
 
 

@@ -176,10 +176,15 @@ async def dashboard(request: web.Request) -> web.Response:
             f" &rarr; {html.escape(st['summary'] or st['error'] or '')}</li>"
             for st in ep["steps"]
         )
+        shot = (
+            f'<img class="som" width="320" alt="last view" src="data:image/png;base64,{ep["screenshot"]}">'
+            if ep.get("screenshot")
+            else ""
+        )
         rows.append(
             f"<tr><td>{html.escape(ep['task'])}</td><td>{html.escape(ep['question'])}</td>"
             f"<td>{html.escape(ep['status'])}</td><td class=reward>{ep['reward']:.2f}</td>"
-            f"<td><ol>{steps}</ol></td></tr>"
+            f"<td><ol>{steps}</ol></td><td>{shot}</td></tr>"
         )
     body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Rollout sidecar</title>
 <meta http-equiv="refresh" content="5"></head><body>
@@ -187,7 +192,7 @@ async def dashboard(request: web.Request) -> web.Response:
 <p id="summary">episodes {s.episodes} &middot; groups {s.groups} &middot; dropped {s.groups_dropped}
 &middot; infra errors {s.infra_errors} &middot; buffer {engine.buffer.depth} &middot;
 policy version {engine.version}</p>
-<table id="episodes"><tr><th>task</th><th>question</th><th>status</th><th>reward</th><th>steps</th></tr>
+<table id="episodes"><tr><th>task</th><th>question</th><th>status</th><th>reward</th><th>steps</th><th>view</th></tr>
 {"".join(rows)}</table></body></html>"""
     return web.Response(text=body, content_type="text/html")
 

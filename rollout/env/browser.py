@@ -242,6 +242,7 @@ class SomBackend(PlaywrightBackend):
                  screenshots: bool = False, max_labels: int = 1000):  # fmt: skip
         super().__init__(lease, policy, action_timeout_s=action_timeout_s)
         self.screenshots, self.max_labels = screenshots, max_labels
+        self.last_screenshot: bytes | None = None  # the latest marked view, for the dashboard
 
     async def _do(self, action: Action) -> bytes | None:
         page = self.page
@@ -288,6 +289,7 @@ class SomBackend(PlaywrightBackend):
                 shot = await page.screenshot(type="png")
             finally:
                 await page.evaluate(REMOVE_OVERLAY_JS)
+            self.last_screenshot = shot
         title = view["title"]
         return Observation(
             view["text"], url=page.url, title=title, summary=_summary(page.url, title),

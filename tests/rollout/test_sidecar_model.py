@@ -30,7 +30,7 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
         **{"env.mode": "som", "rollout.policy": "model", "inference.urls": f'["{serve_url}"]',
            "rollout.group_size": 4, "env.max_steps": 2, "inference.max_new_tokens": 12,
            "rollout.browsers": 1, "rollout.contexts_per_browser": 4,
-           "rollout.max_concurrent_episodes": 8},
+           "rollout.max_concurrent_episodes": 8, "env.screenshots": "true"},
     )  # fmt: skip
     args += ["--tasks", str(tmp_path / "tasks.jsonl")]
     sidecar, url = start_server(args, "serving on")
@@ -47,6 +47,9 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
                 }
                 async with s.get(f"{url}/batch", params=params) as r:
                     groups += decode_groups(await r.read())
+            async with s.get(url + "/") as r:  # the dashboard shows the marked views
+                assert '<img class="som"' in await r.text()
+            await _new_weights_reach_the_server(s, url, serve_url, tmp_path)
     finally:
         stop_server(sidecar)
         stop_server(serve)
@@ -72,6 +75,29 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
             # The reward is the verifier's on the recorded answer.
             rec = records[f"{g.group_id}-{t.sample_index}-0"]
             assert verify(by_task[g.task_id], rec.answer, rec).value == pytest.approx(t.reward)
+
+
+async def _new_weights_reach_the_server(s, sidecar_url, serve_url, run_dir) -> None:
+    """POST /weights: every inference server loads the checkpoint and reports its version."""
+    from flax import nnx
+
+    from learner.checkpoint import Checkpointer
+    from learner.model import Model, get_params
+    from learner.modelconfig import tiny_config
+    from shared.tokenizer import load_tokenizer
+
+    ckpt = Checkpointer(run_dir / "ckpt" / "run", async_save=False)
+    model = Model(tiny_config(), rngs=nnx.Rngs(7))
+    ckpt.save(1, params=get_params(model), model_config=tiny_config(),
+              tokenizer_dir=load_tokenizer().path)  # fmt: skip
+    ckpt.wait()
+    ckpt.close()
+    async with s.post(f"{sidecar_url}/weights", json={"version": 1, "path": "run"}) as r:
+        assert r.status == 200 and (await r.json())["success"], await r.text()
+    async with s.get(f"{serve_url}/get_model_info") as r:
+        assert (await r.json())["weight_version"] == "1"
+    async with s.get(f"{sidecar_url}/metrics") as r:
+        assert "rollout_policy_version 1" in await r.text()
 
 
 def _served_model():
