@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
@@ -108,6 +109,7 @@ async def label_ms(n: int, repeats: int = 20) -> float:
 
 async def throughput(web_url: str, tasks: list[dict], cfg: RunConfig, levels) -> dict[str, float]:
     out = {}
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy="oracle"))
     rollout = RolloutConfig(browsers=2, contexts_per_browser=8)
     async with browser_pool(web_url, cfg.env, rollout) as pool:
         for level in levels:

@@ -27,9 +27,9 @@ from pathlib import Path
 import aiohttp
 
 from rollout.browser_pool import BrowserLost
-from rollout.env import browser_pool, make_env
+from rollout.env import browsers_for, make_env
 from rollout.policies import OraclePolicy
-from rollout.procs import start_child
+from rollout.procs import web_for
 from shared.config import RunConfig, add_config_args, config_from_args
 
 
@@ -93,21 +93,10 @@ def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[d
 
 
 async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
-    web = None
-    web_url = cfg.web.url
-    if web_url is None:
-        web = await start_child(
-            ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cfg.web.cache_dir}"], "web"
-        )
-        web_url = web.url
+    web_url, web = await web_for(cfg.web.cache_dir, cfg.web.url)
     try:
         tasks = load_tasks(cfg, args, web_url)
-        browsers = (
-            browser_pool(web_url, cfg.env, cfg.rollout)
-            if args.mode != "api"
-            else contextlib.nullcontext()
-        )
-        async with browsers as pool:
+        async with browsers_for(args.mode, web_url, cfg.env, cfg.rollout) as pool:
             return await run_all(cfg, args, tasks, web_url, pool)
     finally:
         if web is not None:
@@ -169,12 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", help="a JSONL file of tasks to run instead of generated ones")
     args = p.parse_args(argv)
     cfg = config_from_args(args)
-    if args.policy == "server":
-        if not cfg.inference.urls:
-            p.error(
-                '--policy server needs inference.urls (e.g. --set inference.urls=["http://..."])'
-            )
-        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy="model"))
+    if args.policy == "server" and not cfg.inference.urls:
+        p.error('--policy server needs inference.urls (e.g. --set inference.urls=["http://..."])')
+    policy = "model" if args.policy == "server" else "oracle"
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy=policy))
     if args.n < 1 or args.parallel < 1:
         p.error("--n and --parallel must be at least 1")
     result = asyncio.run(evaluate(cfg, args))

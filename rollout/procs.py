@@ -65,3 +65,14 @@ async def start_child(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         raise
+
+
+async def web_for(cache_dir: str, url: str | None) -> tuple[str, Child | None]:
+    """The local web's URL: ``url`` when it names a running one, else a child started here
+    (the caller stops it)."""
+    if url is not None:
+        return url, None
+    child = await start_child(
+        ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cache_dir}"], "web"
+    )
+    return child.url, child

@@ -36,9 +36,9 @@ from aiohttp import web
 
 from rollout.buffer import TrajectoryBuffer
 from rollout.engine import STEP_BUCKETS_MS, RolloutEngine, cycle_tasks
-from rollout.env import browser_pool
+from rollout.env import browsers_for
 from rollout.inference import InferenceClient, InferenceError
-from rollout.procs import start_child
+from rollout.procs import web_for
 from shared.config import RunConfig, add_config_args, config_from_args
 from shared.tokenizer import load_tokenizer
 from shared.wire import encode_groups
@@ -216,20 +216,10 @@ async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    web_child = None
-    web_url = cfg.web.url
-    if web_url is None:
-        web_child = await start_child(
-            ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cfg.web.cache_dir}"], "web"
-        )
-        web_url = web_child.url
+    web_url, web_child = await web_for(cfg.web.cache_dir, cfg.web.url)
     try:
         tasks = _load_tasks(cfg, tasks_file, web_url)
-        pool_cm = (
-            browser_pool(web_url, cfg.env, cfg.rollout)
-            if cfg.env.mode != "api"
-            else contextlib.nullcontext()
-        )
+        pool_cm = browsers_for(cfg.env.mode, web_url, cfg.env, cfg.rollout)
         async with aiohttp.ClientSession() as session, pool_cm as pool:
             client = None
             if cfg.rollout.policy == "model":

@@ -24,6 +24,7 @@ __all__ = [
     "StepResult",
     "ToolError",
     "browser_pool",
+    "browsers_for",
     "make_env",
     "policy_for",
     "render",
@@ -83,6 +84,13 @@ def make_env(
         mode, backend, policy, limits=limits, verifier=verifier, run_dir=run_dir,
         episode_id=episode_id,
     )  # fmt: skip
+
+
+def browsers_for(mode: str, web_url: str, env: EnvConfig, rollout: RolloutConfig):
+    """The browser pool the mode needs (none for api mode), as an async context manager."""
+    if mode == "api":
+        return contextlib.nullcontext()
+    return browser_pool(web_url, env, rollout)
 
 
 @contextlib.asynccontextmanager
