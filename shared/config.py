@@ -162,6 +162,9 @@ class LearnerConfig:
     learning_rate: float = option(1e-4, "Peak learning rate.", gt=0, le=1)
     warmup_steps: int = option(10, "Linear warm-up steps.", ge=0)
     weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    adam_eps: float = option(
+        1e-8, "AdamW epsilon: added to the root of the second moment.", gt=0, le=1
+    )
     grad_clip: float = option(1.0, "Global gradient-norm clip; 0 disables it.", ge=0)
     clip_eps_low: float = option(0.2, "PPO ratio clip below 1.", ge=0, le=1)
     clip_eps_high: float = option(0.2, "PPO ratio clip above 1 (clip-higher).", ge=0, le=10)
@@ -195,6 +198,10 @@ class MeshConfig:
     )
     num_processes: int = option(1, "Learner processes in the run.", ge=1)
     process_id: int = option(0, "This process's index.", ge=0)
+    device_memory_gib: float = option(
+        80.0, "Memory of one accelerator; `learner.train --dry-run` fails above it.", gt=0
+    )
+    num_devices: int = option(0, "Devices the dry run plans for; 0 uses the devices present.", ge=0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,123 @@
+"""The embedded default's child processes: local web, inference server, rollout sidecar.
+
+Each is ``python -m <module> --port 0 ...`` in its own process group; it is ready
+when it prints ``serving on http://HOST:PORT``. :class:`Children` is a context
+manager: leaving it (normal exit, an error, Ctrl-C or SIGTERM) stops every
+child's whole process group, SIGTERM then SIGKILL, so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY = "serving on "
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ChildError(RuntimeError):
+    pass
+
+
+class Children:
+    """Started children, stopped in reverse order on exit."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, module_args: list[str], timeout: float = 300.0) -> str:
+        """Start ``python -m module_args`` and return the URL it announces."""
+        log = (self.log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *module_args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,  # its own process group: stopped as a whole
+        )
+        log.close()
+        self.procs.append((name, proc))
+        with (self.log_dir / "children.pids").open("a") as fh:  # for operators and tests
+            fh.write(f"{name} {proc.pid}\n")
+        found: list[str] = []
+
+        def read() -> None:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith(READY) and not found:
+                    found.append(line[len(READY) :])
+            # keep draining so the child never blocks on a full pipe
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found:
+            if proc.poll() is not None:
+                raise ChildError(
+                    f"{name} exited with code {proc.returncode}; see {self.log_dir / name}.log"
+                )
+            if time.monotonic() > deadline:
+                raise ChildError(f"{name} did not start within {timeout:.0f} s")
+            time.sleep(0.05)
+        return found[0]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for _name, proc in reversed(self.procs):
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for _name, proc in reversed(self.procs):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            _signal_group(proc, signal.SIGKILL)  # the child if it lingers, and any grandchild
+            proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def start_embedded(
+    children: Children,
+    *,
+    config_path: str | None,
+    overrides: list[str],
+    checkpoint_root: Path,
+    initial_step: int,
+    run_dir: Path,
+) -> str:
+    """Web, inference server (on the checkpoint of ``initial_step``) and sidecar; the sidecar URL."""
+    cfg_args = (["--config", config_path] if config_path else []) + [
+        a for o in overrides for a in ("--set", o)
+    ]
+    web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
+    ckpt = str(checkpoint_root / str(initial_step))
+    inference = children.start(
+        "inference",
+        ["learner.serve", "--checkpoint", ckpt, "--port", "0", *cfg_args,
+         "--weight-version", str(initial_step)],
+    )  # fmt: skip
+    sidecar = children.start(
+        "sidecar",
+        [
+            "rollout.serve", *cfg_args, "--run-dir", str(run_dir / "sidecar"),
+            "--set", "rollout.port=0", "--set", f"web.url={web}",
+            "--set", f'inference.urls=["{inference}"]',
+            "--set", f"checkpoint.dir={checkpoint_root}",
+        ],
+    )  # fmt: skip
+    return sidecar

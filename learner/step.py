@@ -1,0 +1,190 @@
+"""The train state and the one GRPO train step, jitted once with its shardings.
+
+:class:`TrainState` is one pytree: step, parameters (flat dict by dotted path),
+optimiser state, PRNG key, and the frozen reference parameters when a KL term is
+on. :func:`train_step` is pure: the policy's token logprobs through
+``learner.model.apply``, the GRPO loss, its gradient, one AdamW update (warm-up
+then cosine, global-norm clipping), and metrics (loss terms, entropy, gradient
+norm, learning rate). :func:`compile_step` jits it once with the mesh's
+shardings (the state donated, the batch split over ``("data", "fsdp")``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from learner.grpo import grpo_loss, token_entropy
+from learner.model import Model, apply, get_params
+from learner.sharding import param_shardings
+from shared.config import LearnerConfig
+
+BATCH_AXES = ("data", "fsdp")
+LR_FLOOR = 0.1  # the cosine decays to this fraction of the peak learning rate
+
+
+class TrainState(NamedTuple):
+    step: jax.Array  # () int32
+    params: dict[str, jax.Array]
+    opt_state: Any
+    rng: jax.Array  # a typed PRNG key
+    ref_params: dict[str, jax.Array] | None = None
+
+
+def lr_schedule(cfg: LearnerConfig) -> optax.Schedule:
+    """Linear warm-up to the peak, then cosine decay to ``LR_FLOOR`` x peak at ``cfg.steps``."""
+    decay = max(cfg.steps, cfg.warmup_steps + 1)
+    return optax.warmup_cosine_decay_schedule(
+        0.0, cfg.learning_rate, cfg.warmup_steps, decay, end_value=LR_FLOOR * cfg.learning_rate
+    )
+
+
+def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
+    adamw = optax.adamw(lr_schedule(cfg), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    if cfg.grad_clip > 0:
+        return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw)
+    return adamw
+
+
+def init_state(
+    params: Mapping[str, jax.Array], cfg: LearnerConfig, *, with_ref: bool | None = None
+) -> TrainState:
+    """A fresh state (step 0) around ``params``; the reference is a copy when KL is on."""
+    params = dict(params)
+    with_ref = cfg.kl_coef > 0 if with_ref is None else with_ref
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer(cfg).init(params),
+        rng=jax.random.key(cfg.seed),
+        ref_params=jax.tree.map(jnp.copy, params) if with_ref else None,
+    )
+
+
+def token_logprobs(
+    model: Model, params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    """(log p(target_t | inputs_<=t) (B, T), logits (B, T, V)) under ``params``."""
+    logits_btv = apply(model, params, batch["tokens_bt"], batch["positions_bt"], batch["attn_bt"])
+    logp_btv = jax.nn.log_softmax(logits_btv, axis=-1)
+    logp_bt = jnp.take_along_axis(logp_btv, batch["targets_bt"][..., None], axis=-1)[..., 0]
+    return logp_bt, logits_btv
+
+
+def train_step(
+    state: TrainState, batch: Mapping[str, jax.Array], *, model: Model, cfg: LearnerConfig
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One GRPO update. ``batch``: see ``learner.batching`` (``old_logp_bt`` optional:
+    without it the ratio is against the learner's own logprobs, i.e. on-policy, and
+    truncated importance sampling corrects for the rollout engine's numerics)."""
+    mask_bt = batch["mask_bt"]
+    ref_logp_bt = None
+    if state.ref_params is not None:
+        ref_logp_bt = jax.lax.stop_gradient(token_logprobs(model, state.ref_params, batch)[0])
+
+    def loss_fn(params):
+        logp_bt, logits_btv = token_logprobs(model, params, batch)
+        old = batch.get("old_logp_bt")
+        old_logp_bt = jax.lax.stop_gradient(logp_bt) if old is None else old
+        loss, m = grpo_loss(
+            logp_bt,
+            old_logp_bt,
+            batch["adv_b"],
+            mask_bt,
+            clip_low=cfg.clip_eps_low,
+            clip_high=cfg.clip_eps_high,
+            agg=cfg.loss_agg,
+            ref_logp_bt=ref_logp_bt,
+            kl_coef=cfg.kl_coef,
+            rollout_logp_bt=batch["rollout_logp_bt"],
+            tis_cap=cfg.tis_cap,
+        )
+        m["entropy"] = token_entropy(jax.lax.stop_gradient(logits_btv), mask_bt)
+        n = jnp.maximum(mask_bt.sum(), 1.0)
+        m["rollout_kl"] = ((batch["rollout_logp_bt"] - logp_bt) * mask_bt).sum() / n
+        return loss, m
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    tx = optimizer(cfg)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    rng, _ = jax.random.split(state.rng)
+    metrics = {
+        **metrics,
+        "loss": loss,
+        "grad_norm": optax.global_norm(grads),
+        "update_norm": optax.global_norm(updates),
+        "learning_rate": lr_schedule(cfg)(state.step),
+    }
+    new = TrainState(state.step + 1, params, opt_state, rng, state.ref_params)
+    return new, metrics
+
+
+# ----------------------------------------------------------------------------- shardings
+
+
+def state_shardings(model: Model, mesh: Mesh, cfg: LearnerConfig, abstract: Any = None) -> Any:
+    """The sharding of every leaf of the state: parameters (and their Adam moments, and
+    the reference) by the mesh rules; counters and the key replicated."""
+    p_sh = param_shardings(model, mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    if abstract is None:
+        abstract = abstract_state(model, cfg)
+
+    def opt_leaf(path, _leaf):
+        key = getattr(path[-1], "key", None) if path else None
+        return p_sh.get(key, replicated) if isinstance(key, str) else replicated
+
+    return TrainState(
+        step=replicated,
+        params=p_sh,
+        opt_state=jax.tree_util.tree_map_with_path(opt_leaf, abstract.opt_state),
+        rng=replicated,
+        ref_params=p_sh if abstract.ref_params is not None else None,
+    )
+
+
+def abstract_state(model: Model, cfg: LearnerConfig) -> TrainState:
+    """Shapes and dtypes of the state, computed without allocating it."""
+    from learner.model import param_info
+
+    params = {p.path: jax.ShapeDtypeStruct(p.shape, jnp.dtype(p.dtype)) for p in param_info(model)}
+    return jax.eval_shape(functools.partial(init_state, cfg=cfg), params)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Rows split over the data and fsdp axes; the length axis whole."""
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def rows_multiple(mesh: Mesh) -> int:
+    """Batch rows must be a multiple of this (the data x fsdp ways)."""
+    return int(mesh.shape["data"] * mesh.shape["fsdp"])
+
+
+def compile_step(model: Model, mesh: Mesh, cfg: LearnerConfig, state_sh: Any = None):
+    """``train_step`` jitted once: state donated, shardings from the mesh rules."""
+    state_sh = state_sh if state_sh is not None else state_shardings(model, mesh, cfg)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.jit(
+        functools.partial(train_step, model=model, cfg=cfg),
+        in_shardings=(state_sh, batch_sharding(mesh)),
+        out_shardings=(state_sh, replicated),
+        donate_argnums=(0,),
+    )
+
+
+def place_state(state: TrainState, shardings: Any) -> TrainState:
+    return jax.tree.map(jax.device_put, state, shardings)
+
+
+def new_state(model: Model, mesh: Mesh, cfg: LearnerConfig) -> tuple[TrainState, Any]:
+    """A fresh state from ``model``'s parameters, placed on ``mesh``; (state, shardings)."""
+    sh = state_shardings(model, mesh, cfg)
+    return place_state(init_state(get_params(model), cfg), sh), sh

@@ -1,0 +1,127 @@
+"""Batch packing (hand-derived arrays) and the train step (same result on every mesh)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learner.batching import bucket_for, pack
+from shared.wire import Trajectory, TrajectoryGroup
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _traj(gid: str, i: int, tokens, mask, logp, reward: float, versions=None) -> Trajectory:
+    n = len(tokens)
+    return Trajectory(
+        task_id="t",
+        group_id=gid,
+        sample_index=i,
+        tokens=np.asarray(tokens, np.int32),
+        loss_mask=np.asarray(mask, np.uint8),
+        logprobs=np.asarray(logp, np.float32),
+        versions=np.asarray(versions if versions is not None else [0] * n, np.int32),
+        reward=reward,
+    )
+
+
+def test_bucket_is_the_smallest_that_fits():
+    assert bucket_for(3, (4, 8)) == 4
+    assert bucket_for(4, (4, 8)) == 4
+    assert bucket_for(5, (4, 8)) == 8
+    assert bucket_for(50, (4, 8)) == 8  # longer rows are truncated to the largest bucket
+
+
+def test_pack_shifts_for_next_token_and_drops_flat_groups():
+    # group a: rewards (1, 0): mean 0.5, std 0.5 -> advantages (+1, -1) (eps 1e-6 aside)
+    a = TrajectoryGroup(
+        "a",
+        "t",
+        [
+            _traj("a", 0, [5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -0.5, -0.25], 1.0),
+            _traj("a", 1, [5, 6, 9], [0, 1, 1], [0, -1.0, -2.0], 0.0),
+        ],
+    )
+    # group b: rewards (1, 1): no variance -> dropped, its rows become padding
+    b = TrajectoryGroup(
+        "b", "t", [_traj("b", i, [1, 2, 3], [0, 1, 1], [0, -1, -1], 1.0) for i in range(2)]
+    )
+    p = pack([b, a], rows=6, buckets=(2, 4, 8))
+    x = p.arrays
+    # longest sequence has 4 tokens -> 3 prediction positions -> bucket 4
+    assert p.shape == (6, 4)
+    # row 0 = a/0: inputs 5 6 7 predict 6 7 8; mask/logprobs are those of the targets
+    np.testing.assert_array_equal(x["tokens_bt"][0], [5, 6, 7, 0])
+    np.testing.assert_array_equal(x["targets_bt"][0], [6, 7, 8, 0])
+    np.testing.assert_array_equal(x["mask_bt"][0], [0, 1, 1, 0])
+    np.testing.assert_allclose(x["rollout_logp_bt"][0], [0, -0.5, -0.25, 0])
+    np.testing.assert_array_equal(x["attn_bt"][0], [1, 1, 1, 0])
+    np.testing.assert_array_equal(x["positions_bt"][0], [0, 1, 2, 3])
+    # row 1 = a/1: inputs 5 6 predict 6 9
+    np.testing.assert_array_equal(x["tokens_bt"][1], [5, 6, 0, 0])
+    np.testing.assert_array_equal(x["targets_bt"][1], [6, 9, 0, 0])
+    np.testing.assert_array_equal(x["mask_bt"][1], [1, 1, 0, 0])
+    np.testing.assert_allclose(x["rollout_logp_bt"][1], [-1.0, -2.0, 0, 0])
+    np.testing.assert_allclose(x["adv_b"], [1, -1, 0, 0, 0, 0], atol=1e-5)
+    # rows 2..5 are padding: nothing trained on
+    assert x["mask_bt"][2:].sum() == 0 and x["attn_bt"][2:].sum() == 0
+    assert p.group_ids == ["b", "a"]  # both consumed, though b is dropped
+    assert p.stats["groups_kept"] == 1 and p.stats["loss_tokens"] == 4
+    assert p.stats["reward"] == pytest.approx(3 / 4)  # (1 + 0 + 1 + 1) / 4
+    assert "old_logp_bt" not in x
+    assert "old_logp_bt" in pack([a], rows=2, buckets=(4,), with_old_logp=True).arrays
+
+
+def test_pack_masks_stale_tokens_and_truncates():
+    # rewards (2, 0): Dr. GRPO (no std division): advantages r - mean = (+1, -1)
+    g = TrajectoryGroup(
+        "g",
+        "t",
+        [
+            _traj("g", 0, [1, 2, 3, 4, 5, 6], [0, 1, 1, 1, 1, 1], [0] * 6, 2.0, [0, 3, 3, 1, 5, 5]),
+            _traj("g", 1, [1, 2], [0, 1], [0, 0], 0.0, [0, 5]),
+        ],
+    )
+    # policy 5, staleness 2: versions < 3 are stale -> the target at position 3 (version 1)
+    p = pack([g], rows=2, buckets=(2, 4), scale_rewards=False, policy_version=5, max_staleness=2)
+    assert p.shape == (2, 4)  # 5 prediction positions, truncated to the largest bucket
+    np.testing.assert_array_equal(p.arrays["targets_bt"][0], [2, 3, 4, 5])
+    np.testing.assert_array_equal(p.arrays["mask_bt"][0], [1, 1, 0, 1])
+    np.testing.assert_allclose(p.arrays["adv_b"], [1, -1])
+    assert p.stats["stale_tokens"] == 1
+
+
+def test_pack_refuses_more_trajectories_than_rows():
+    g = TrajectoryGroup(
+        "g", "t", [_traj("g", i, [1, 2], [0, 1], [0, 0], float(i)) for i in range(4)]
+    )
+    with pytest.raises(ValueError, match="do not fit"):
+        pack([g], rows=2, buckets=(4,))
+
+
+@pytest.mark.multiprocess
+def test_one_step_is_the_same_on_every_mesh(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    subprocess.run(
+        [sys.executable, "-m", "tests.learner.step_child", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    ref = np.load(tmp_path / "single.npz")
+    params = [k for k in ref.files if k.startswith("p.")]
+    assert len(params) > 10 and float(ref["m.grad_norm"]) > 0
+    for name in ("data8", "fsdp8", "d2f2t2"):
+        got = np.load(tmp_path / f"{name}.npz")
+        assert sorted(got.files) == sorted(ref.files)
+        for k in ("m.loss", "m.entropy", "m.grad_norm", "m.kl_ref"):
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=f"{name} {k}")
+        for k in params:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=f"{name} {k}")
