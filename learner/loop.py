@@ -31,6 +31,7 @@ from learner.step import (
     abstract_state,
     compile_step,
     new_state,
+    place_batch,
     rows_multiple,
     state_shardings,
 )
@@ -145,7 +146,8 @@ class Trainer:
                     max_staleness=lc.max_staleness,
                     pad_id=self.model.cfg.pad_token_id or 0,
                 )
-                self.state, m = self.step_fn(self.state, packed.arrays)
+                batch = place_batch(packed.arrays, self.mesh)
+                self.state, m = self.step_fn(self.state, batch)
                 m = {k: _finite(v) for k, v in jax.device_get(m).items()}
                 dt = time.perf_counter() - t0
                 self.consumed.extend(packed.group_ids)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -180,8 +181,26 @@ def compile_step(model: Model, mesh: Mesh, cfg: LearnerConfig, state_sh: Any = N
     )
 
 
+def place(x: Any, sharding: NamedSharding) -> jax.Array:
+    """A global array from a value every process holds in full (each process places
+    only its own shards, so this works across hosts as well as on one)."""
+    if jax.process_count() == 1:
+        return jax.device_put(x, sharding)
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):  # place the key's raw data, re-wrap it
+        data = place(jax.random.key_data(x), sharding)
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
 def place_state(state: TrainState, shardings: Any) -> TrainState:
-    return jax.tree.map(jax.device_put, state, shardings)
+    return jax.tree.map(place, state, shardings)
+
+
+def place_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
+    """The packed batch as global arrays, rows split over the data and fsdp axes."""
+    sh = batch_sharding(mesh)
+    return {k: place(v, sh) for k, v in arrays.items()}
 
 
 def new_state(model: Model, mesh: Mesh, cfg: LearnerConfig) -> tuple[TrainState, Any]:

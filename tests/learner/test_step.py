@@ -125,3 +125,44 @@ def test_one_step_is_the_same_on_every_mesh(tmp_path):
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=f"{name} {k}")
         for k in params:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=f"{name} {k}")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path):
+    """jax.distributed on loopback: 2 learner processes x 4 CPU devices give the
+    single-process 8-device result of the same step."""
+    eight = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    subprocess.run(
+        [sys.executable, "-m", "tests.learner.step_child", str(tmp_path)],
+        cwd=REPO, env=eight, check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    four = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    coordinator = f"127.0.0.1:{_free_port()}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.learner.dist_child", coordinator, str(i), str(tmp_path)],
+            cwd=REPO,
+            env=four,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        _out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    ref = np.load(tmp_path / "d2f2t2.npz")
+    got = np.load(tmp_path / "dist.npz")
+    assert sorted(got.files) == sorted(ref.files)
+    for k in ref.files:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=k)
