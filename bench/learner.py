@@ -45,7 +45,7 @@ CONFIGS = {
         "num_heads": 10,
         "num_kv_heads": 5,
         "head_dim": 64,
-    },  # fmt: skip
+    },
 }
 
 
@@ -75,7 +75,7 @@ def groups(n: int, g: int, length: int, vocab: int) -> list[TrajectoryGroup]:
                 -rng.random(length).astype(np.float32),
                 np.zeros(length, np.int32),
                 reward=float((i + k) % 2),
-            )  # fmt: skip
+            )
             for i in range(g)
         ]
         out.append(TrajectoryGroup(f"g{k}", f"t{k}", trajs))
