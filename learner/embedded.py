@@ -99,8 +99,9 @@ def start_embedded(
     checkpoint_root: Path,
     initial_step: int,
     run_dir: Path,
-) -> str:
-    """Web, inference server (on the checkpoint of ``initial_step``) and sidecar; the sidecar URL."""
+) -> dict[str, str]:
+    """Web, inference server (on the checkpoint of ``initial_step``) and sidecar; their URLs
+    (keys ``web``, ``inference``, ``sidecar``)."""
     cfg_args = (["--config", config_path] if config_path else []) + [
         a for o in overrides for a in ("--set", o)
     ]
@@ -120,4 +121,4 @@ def start_embedded(
             "--set", f"checkpoint.dir={checkpoint_root}",
         ],
     )  # fmt: skip
-    return sidecar
+    return {"web": web, "inference": inference, "sidecar": sidecar}

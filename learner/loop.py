@@ -69,6 +69,8 @@ class Trainer:
         self.consumed: list[str] = []
         self.state = self._restore_or_init()
         self.version = int(self.state.step)
+        self.evaluator = None  # (cfg, step) -> dev-split results, run after weight pushes
+        self.tensorboard = _tensorboard(self.run_dir)
 
     # -------------------------------------------------------------- state
 
@@ -162,12 +164,18 @@ class Trainer:
                 if step % self.cfg.logging.every_steps == 0 or step == lc.steps:
                     metrics_file.write(json.dumps(record) + "\n")
                     metrics_file.flush()
+                    self._tensorboard_write(step, record)
                 progress.update(record)
                 if step % self.cfg.checkpoint.every_steps == 0 or step == lc.steps:
                     self.save(self.state, {"loss": m["loss"], "reward": packed.stats["reward"]})
                     pending.append((step, list(self.consumed)))
                     self.ckpt.wait()
                     self._publish(source, step)
+                if self._eval_due(step):
+                    result = self.evaluator(self.cfg, step)
+                    metrics_file.write(json.dumps({"step": step, "eval": result}) + "\n")
+                    metrics_file.flush()
+                    self._tensorboard_write(step, {f"dev/{k}": v for k, v in result.items()})
                 pending = self._ack_committed(source, pending)
         finally:
             progress.close()
@@ -176,6 +184,21 @@ class Trainer:
         self._ack_committed(source, pending)
         source.flush_acks()
         return self.state
+
+    def _eval_due(self, step: int) -> bool:
+        """After a weight push, every ``learner.eval_every`` steps (the servers hold them)."""
+        every = self.cfg.learner.eval_every
+        return (
+            self.evaluator is not None and every > 0 and step % every == 0 and self.version == step
+        )
+
+    def _tensorboard_write(self, step: int, record: dict) -> None:
+        if self.tensorboard is None:
+            return
+        for k, v in record.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "step":
+                self.tensorboard.add_scalar(k, v, step)
+        self.tensorboard.flush()
 
     def _ack_committed(self, source: GroupSource, pending: list) -> list:
         latest = self.ckpt.latest_step() or 0
@@ -197,6 +220,17 @@ class Trainer:
 
     def close(self) -> None:
         self.ckpt.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+def _tensorboard(run_dir: Path):
+    """A TensorBoard writer into ``run_dir/tensorboard`` when tensorboardX is installed."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
 
 
 def _finite(v: Any) -> float | None:

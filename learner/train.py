@@ -36,6 +36,33 @@ def _raise_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+class DevEvaluator:
+    """Evaluates the served policy on the dev split with ``python -m rollout.eval --policy
+    server`` (the same harness and sampling as training), in a child process."""
+
+    def __init__(self, args: argparse.Namespace, web: str, inference: list[str], run_dir: Path):
+        self.cfg_args = (["--config", str(args.config)] if args.config else []) + [
+            a for o in (args.overrides or []) for a in ("--set", o)
+        ]
+        self.web, self.inference, self.run_dir = web, inference, run_dir
+
+    def __call__(self, cfg: RunConfig, step: int) -> dict:
+        import json
+        import subprocess
+
+        urls = "[" + ",".join(f'"{u}"' for u in self.inference) + "]"
+        cmd = [
+            sys.executable, "-m", "rollout.eval", *self.cfg_args, "--mode", cfg.env.mode,
+            "--policy", "server", "--split", "dev", "--n", str(cfg.learner.eval_tasks),
+            "--set", f"web.url={self.web}", "--set", f"inference.urls={urls}",
+            "--out", str(self.run_dir / "eval" / str(step)),
+        ]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0:
+            raise RuntimeError(f"dev evaluation failed: {out.stderr[-1000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.distributed import initialize
 
@@ -49,19 +76,21 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     try:
         with Children(run_dir / "logs") as children:
             urls = list(cfg.rollout.urls)
+            web, inference = cfg.web.url, list(cfg.inference.urls)
             if not urls:
                 overrides = list(args.overrides or [])
-                urls = [
-                    start_embedded(
-                        children,
-                        config_path=str(args.config) if args.config else None,
-                        overrides=overrides,
-                        checkpoint_root=trainer.ckpt_root,
-                        initial_step=int(trainer.state.step),
-                        run_dir=run_dir,
-                    )
-                ]
+                started = start_embedded(
+                    children,
+                    config_path=str(args.config) if args.config else None,
+                    overrides=overrides,
+                    checkpoint_root=trainer.ckpt_root,
+                    initial_step=int(trainer.state.step),
+                    run_dir=run_dir,
+                )
+                urls, web, inference = [started["sidecar"]], started["web"], [started["inference"]]
             source = GroupSource(urls, auth_token=cfg.rollout.auth_token)
+            if web and inference:
+                trainer.evaluator = DevEvaluator(args, web, inference, run_dir)
             trainer.run(source)
     finally:
         trainer.close()

@@ -183,6 +183,7 @@ class LearnerConfig:
     param_dtype: Literal["float32", "bfloat16"] = option("float32", "Parameter dtype.")
     compute_dtype: Literal["float32", "bfloat16"] = option("float32", "Compute dtype.")
     eval_every: int = option(50, "Steps between dev-split evaluations; 0 disables.", ge=0)
+    eval_tasks: int = option(100, "Dev-split tasks per evaluation.", ge=1)
     seed: int = option(0, "Seed of the learner's PRNG.", ge=0)
 
 

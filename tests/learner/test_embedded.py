@@ -35,7 +35,8 @@ def test_embedded_default_trains_three_steps_and_leaves_no_process(tmp_path):
         "learner.steps=3", "learner.groups_per_step=2", "rollout.group_size=2",
         "rollout.max_concurrent_episodes=4", "inference.max_new_tokens=16", "env.max_steps=2",
         "learner.length_buckets=[512]", "checkpoint.every_steps=2", "logging.progress=false",
-        f"logging.run_dir={tmp_path}", "logging.run_name=emb",
+        f"logging.run_dir={tmp_path}", "logging.run_name=emb", "learner.eval_every=2",
+        "learner.eval_tasks=3",
     ]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "learner.train", *[a for s in sets for a in ("--set", s)]],
@@ -46,8 +47,13 @@ def test_embedded_default_trains_three_steps_and_leaves_no_process(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "emb"
-    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3]
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if "eval" not in r] == [1, 2, 3]
+    # The dev split was evaluated once, after the weights of step 2 were pushed.
+    evals = [r for r in lines if "eval" in r]
+    assert [r["step"] for r in evals] == [2]
+    assert evals[0]["eval"]["n"] == 3 and evals[0]["eval"]["policy"] == "server"
+    assert len(list((run / "eval" / "2").glob("*.trajectory.jsonl"))) == 3
     children = dict(
         line.split() for line in (run / "logs" / "children.pids").read_text().splitlines()
     )
