@@ -7,6 +7,11 @@ last-level cache; the same group encoded over and over (cache-hot) is reported
 beside it. The baseline is a plain numpy copy of the same payload bytes, timed
 the same way in the same run.
 
+Decoding checks structure and sizes; the per-token value check (0/1 loss mask,
+finite logprobs: ``shared.wire.check_values``) runs in the learner's batch
+packer, not in decode. ``with_value_check_ratio`` times encode + decode +
+that check, for the whole cost the learner pays.
+
     python bench/wire.py [--groups 64] [--rounds 5]
 
 Final line: {"bench": "wire", "encode_decode_gbps", "memcpy_gbps", "ratio", ...}
@@ -20,7 +25,7 @@ import time
 
 import numpy as np
 
-from shared.wire import Trajectory, TrajectoryGroup, decode_group, encode_group
+from shared.wire import Trajectory, TrajectoryGroup, check_values, decode_group, encode_group
 
 
 def make_group(rng: np.random.Generator, g: int, G: int = 8, T: int = 8192) -> TrajectoryGroup:
@@ -46,19 +51,26 @@ def make_group(rng: np.random.Generator, g: int, G: int = 8, T: int = 8192) -> T
     return TrajectoryGroup(f"group-{g}", f"task-{g}", trajs)
 
 
-def best_seconds_per_item(fn, items, rounds: int) -> float:
-    best = float("inf")
+def best_seconds_per_item(fns, items, rounds: int) -> list[float]:
+    """Best seconds per item of each function, their rounds interleaved so that every
+    function sees the same machine state (frequency, neighbours' load)."""
+    best = [float("inf")] * len(fns)
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for x in items:
-            fn(x)
-        best = min(best, (time.perf_counter() - t0) / len(items))
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            for x in items:
+                fn(x)
+            best[k] = min(best[k], (time.perf_counter() - t0) / len(items))
     return best
 
 
 def roundtrip(g: TrajectoryGroup) -> None:
     out = decode_group(encode_group(g))
     assert len(out) == len(g)
+
+
+def roundtrip_checked(g: TrajectoryGroup) -> None:
+    check_values(decode_group(encode_group(g)))
 
 
 def main() -> None:
@@ -73,10 +85,20 @@ def main() -> None:
     nbytes = payloads[0].nbytes
     assert decode_group(encode_group(groups[0])) == groups[0]
 
-    copy_s = best_seconds_per_item(np.copy, payloads, args.rounds)
-    wire_s = best_seconds_per_item(roundtrip, groups, args.rounds)
-    hot_copy_s = best_seconds_per_item(np.copy, payloads[:1] * 200, args.rounds)
-    hot_wire_s = best_seconds_per_item(roundtrip, groups[:1] * 200, args.rounds)
+    def copy_of(i: int) -> None:
+        np.copy(payloads[i])
+
+    def wire_of(i: int) -> None:
+        roundtrip(groups[i])
+
+    def checked_of(i: int) -> None:
+        roundtrip_checked(groups[i])
+
+    idx = range(args.groups)
+    copy_s, wire_s, checked_s = best_seconds_per_item(
+        (copy_of, wire_of, checked_of), idx, args.rounds
+    )
+    hot_copy_s, hot_wire_s = best_seconds_per_item((copy_of, wire_of), [0] * 200, args.rounds)
 
     result = {
         "bench": "wire",
@@ -85,6 +107,7 @@ def main() -> None:
         "encode_decode_gbps": round(nbytes / wire_s / 1e9, 3),
         "memcpy_gbps": round(nbytes / copy_s / 1e9, 3),
         "ratio": round(copy_s / wire_s, 3),
+        "with_value_check_ratio": round(copy_s / checked_s, 3),
         "cache_hot_encode_decode_gbps": round(nbytes / hot_wire_s / 1e9, 3),
         "cache_hot_memcpy_gbps": round(nbytes / hot_copy_s / 1e9, 3),
         "cache_hot_ratio": round(hot_copy_s / hot_wire_s, 3),

@@ -4,7 +4,10 @@ Every sequence of a batch is right-padded to one length bucket (the smallest of
 ``learner.length_buckets`` that holds the longest sequence, so a run compiles at
 most one program per bucket), and the batch has a fixed number of rows
 (``rows``): groups whose rewards all agree carry no GRPO signal and are dropped,
-and the rows they leave free are padding with an all-zero loss mask.
+and the rows they leave free are padding with an all-zero loss mask. A group
+whose per-token values are invalid (a loss mask other than 0/1, a non-finite
+logprob: :func:`shared.wire.check_values`, which decoding leaves to the
+consumer) is dropped too and counted in ``stats["invalid_groups"]``.
 
 Rows are laid out for next-token prediction: column t of ``tokens_bt`` is the
 input at position t and column t of ``targets_bt`` is the token it predicts
@@ -14,13 +17,16 @@ they are the wire's ``loss_mask`` and ``logprobs`` shifted left by one.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from learner.grpo import group_advantages
-from shared.wire import TrajectoryGroup
+from shared.wire import TrajectoryGroup, WireError, check_values
+
+log = logging.getLogger(__name__)
 
 BATCH_KEYS = ("tokens_bt", "targets_bt", "positions_bt", "attn_bt", "mask_bt", "rollout_logp_bt")
 
@@ -77,6 +83,14 @@ def pack(
     behaviour policy itself rather than the learner's recomputation).
     """
     adv, keep = advantages(groups, scale=scale_rewards)
+    invalid = 0
+    for i, g in enumerate(groups):
+        try:
+            check_values(g)
+        except WireError as e:
+            log.warning("dropping group %s: %s", g.group_id, e.reason)
+            keep[i] = False
+            invalid += 1
     kept = [(g, a) for g, a, k in zip(groups, adv, keep, strict=True) if k]
     n = sum(len(g) for g, _ in kept)
     if n > rows:
@@ -115,7 +129,9 @@ def pack(
             row += 1
     if with_old_logp:
         a["old_logp_bt"] = a["rollout_logp_bt"].copy()
-    return Packed(a, [g.group_id for g in groups], _stats(groups, keep, a, stale_tokens))
+    stats = _stats(groups, keep, a, stale_tokens)
+    stats["invalid_groups"] = float(invalid)
+    return Packed(a, [g.group_id for g in groups], stats)
 
 
 def _stats(

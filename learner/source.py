@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
 
-from shared.wire import TrajectoryGroup, decode_groups
+from shared.wire import TrajectoryGroup, WireError, decode_groups
 
 
 class SidecarError(RuntimeError):
@@ -100,7 +100,10 @@ class GroupSource:
                 raise SidecarError(f"GET /batch: HTTP {resp.status}")
             body = resp.read()
         self.to_ack[url] -= set(acks)
-        return decode_groups(body)
+        try:
+            return decode_groups(body)
+        except WireError as e:  # retried like any other sidecar failure, then reported
+            raise SidecarError(f"GET /batch: undecodable response: {e.reason}") from None
 
     def push_weights(self, version: int, path: str) -> list[str]:
         """``POST /weights`` to every sidecar; the messages of those that failed."""

@@ -12,6 +12,13 @@ checks every declared size against :class:`WireLimits` *before* touching or
 allocating anything, so a hostile or corrupt message costs microseconds and
 raises :class:`WireError`, never anything else.
 
+Decoding checks structure (sizes, dtypes, shapes, offsets, ids, names, the
+per-trajectory ints and floats), not the per-token *values*: whether every
+loss-mask byte is 0/1 and every logprob finite is :func:`check_values`, which the
+consumer calls where it reads the values anyway (the learner's batch packer
+drops a group that fails it). Building a :class:`Trajectory` checks them too,
+so an honest sender never produces such a group.
+
 A :class:`TrajectoryGroup` is stored column-wise, as it travels: each per-token
 array of its G trajectories lies back to back (a ragged batch: trajectory i
 spans ``offsets[i]:offsets[i+1]``), and its per-trajectory numbers are two small
@@ -23,6 +30,7 @@ episode as the rollout side builds it; a group's ``trajectories`` are views.
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -285,6 +293,14 @@ def _check_columns(cols: Mapping[str, Any], where: str) -> None:
         _check_values(cols["loss_mask"], cols["logprobs"], where)
 
 
+def check_values(group: TrajectoryGroup) -> None:
+    """Raise :class:`WireError` unless the group's loss mask is 0/1 and its logprobs finite."""
+    cols = group.columns
+    if cols["loss_mask"].shape[0]:
+        with np.errstate(invalid="ignore"):
+            _check_values(cols["loss_mask"], cols["logprobs"], f"group {group.group_id!r}")
+
+
 def _check_values(loss_mask: np.ndarray, logprobs: np.ndarray, where: str) -> None:
     if loss_mask.max() > 1:
         raise WireError(f"{where}: loss_mask holds values other than 0 and 1")
@@ -321,7 +337,7 @@ def _zeros(n: int, dtype: np.dtype) -> np.ndarray:
 
 def encode_groups(groups: Sequence[TrajectoryGroup]) -> bytes:
     """Encode a batch of groups as one message (what ``GET /batch`` returns)."""
-    blobs: list[tuple[int, np.ndarray]] = []
+    pieces: list[Any] = []  # the data blob: arrays and alignment gaps, in order
     offset = 0
     header_groups = []
     for g in groups:
@@ -329,9 +345,13 @@ def encode_groups(groups: Sequence[TrajectoryGroup]) -> bytes:
             raise WireError(f"expected TrajectoryGroup, got {type(g).__name__}")
         arrays = {}
         for name, arr in (*g.columns.items(), ("ints", g.ints), ("floats", g.floats)):
-            offset = -(-offset // _ALIGN) * _ALIGN
+            gap = -offset % _ALIGN
+            if gap:
+                pieces.append(_GAPS[gap])
+                offset += gap
             arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
-            blobs.append((offset, arr))
+            # bytes.join reads a C-contiguous array through the buffer protocol: one copy.
+            pieces.append(arr if arr.data.c_contiguous else np.ascontiguousarray(arr))
             offset += arr.nbytes
         header_groups.append(
             {
@@ -351,16 +371,11 @@ def encode_groups(groups: Sequence[TrajectoryGroup]) -> bytes:
     if len(hbytes) > 0xFFFFFFFF or offset > 0xFFFFFFFF:
         raise WireError("message exceeds the 4 GiB bin32 limit")
 
-    pieces: list[Any] = [_PREFIX.pack(_FIXARRAY2, _BIN32, len(hbytes)), hbytes]
-    pieces.append(_BIN32_HEAD.pack(_BIN32, offset))
-    end = 0
-    for off, arr in blobs:
-        if off > end:
-            pieces.append(bytes(off - end))  # alignment gap
-        if arr.nbytes:
-            pieces.append(np.ascontiguousarray(arr).data.cast("B"))
-        end = off + arr.nbytes
-    return b"".join(pieces)
+    head = [_PREFIX.pack(_FIXARRAY2, _BIN32, len(hbytes)), hbytes, _BIN32_HEAD.pack(_BIN32, offset)]
+    return b"".join(head + pieces)
+
+
+_GAPS = [bytes(n) for n in range(_ALIGN)]
 
 
 def encode_group(group: TrajectoryGroup) -> bytes:
@@ -375,8 +390,7 @@ def decode_groups(
 ) -> list[TrajectoryGroup]:
     """Decode a message into groups; arrays are read-only views of ``buf`` (no copy)."""
     try:
-        with np.errstate(invalid="ignore"):
-            return _decode(buf, limits)
+        return _decode(buf, limits)
     except WireError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as e:
@@ -507,7 +521,7 @@ def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
     limits = reader.limits
     if not (type(g) is dict and g.keys() == _GROUP_KEYS):
         _expect_keys(_expect_type(g, dict, "group"), _GROUP_KEYS, "group")
-    gid, tid, parts, timings, arrays = (g[k] for k in _GROUP_FIELDS)
+    gid, tid, parts, timings, arrays = _group_fields(g)
     if not (
         type(gid) is str
         and type(tid) is str
@@ -527,15 +541,18 @@ def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
     ints = reader.read(ints_desc, where, "ints", INTS_DTYPE, [G, 4], G * 4)
     K = 1 + len(parts) + len(timings)
     floats = reader.read(arrays["floats"], where, "floats", FLOATS_DTYPE, [G, K], G * K)
-    if G and not (ints.view(_UINTS_DTYPE) <= _INTS_UPPER).all():
-        raise WireError(f"{where}: {_diagnose_ints(ints)}")
-    if G and not _all_finite(floats):
+    total = 0
+    for length, sample_index, num_steps, status in ints.tolist():
+        if not (
+            length >= 0 and sample_index >= 0 and num_steps >= 0 and 0 <= status < len(STATUSES)
+        ):
+            raise WireError(f"{where}: {_diagnose_ints(ints)}")
+        total += length
+    if G and not np.isfinite(floats).all():
         raise WireError(f"{where}: rewards, reward parts and timings must be finite")
-    total = sum(row[0] for row in ints.tolist())
     shape = [total]
-    cols = {n: reader.read(arrays[n], where, n, dt, shape, total) for n, dt in ARRAY_DTYPES.items()}
-    if total:
-        _check_values(cols["loss_mask"], cols["logprobs"], where)
+    read = reader.read
+    cols = {n: read(arrays[n], where, n, dt, shape, total) for n, dt in ARRAY_DTYPES.items()}
     return TrajectoryGroup._from_checked(gid, tid, cols, ints, floats, tuple(parts), tuple(timings))
 
 
@@ -543,9 +560,12 @@ def _is_names(x: Any, limits: WireLimits) -> bool:
     return (
         type(x) is list
         and len(x) <= limits.max_names
-        and all(type(s) is str for s in x)
+        and set(map(type, x)) <= _STR_TYPE
         and len(set(x)) == len(x)
     )
+
+
+_STR_TYPE = {str}
 
 
 def _diagnose_group(g: dict, limits: WireLimits) -> str:
@@ -557,12 +577,6 @@ def _diagnose_group(g: dict, limits: WireLimits) -> str:
             return f"{where}.{key}: must be a list of at most {limits.max_names} distinct strings"
     _expect_keys(_expect_type(g["arrays"], dict, f"{where}.arrays"), _ARRAY_KEYS, f"{where}.arrays")
     return f"{where}: malformed"  # pragma: no cover - one of the checks above fires
-
-
-# Viewed as unsigned, a negative int32 exceeds 2**31 - 1: one comparison checks that
-# every int is non-negative and every status code is in range.
-_UINTS_DTYPE = np.dtype("<u4")
-_INTS_UPPER = np.array([2**31 - 1] * 3 + [len(STATUSES) - 1], dtype=_UINTS_DTYPE)
 
 
 def _diagnose_ints(ints: np.ndarray) -> str:
@@ -578,6 +592,7 @@ _DESC_KEYS = frozenset({"dtype", "shape", "offset"})
 _ARRAY_KEYS = frozenset({*ARRAY_DTYPES, "ints", "floats"})
 _GROUP_FIELDS = ("group_id", "task_id", "part_names", "timing_names", "arrays")
 _GROUP_KEYS = frozenset(_GROUP_FIELDS)
+_group_fields = operator.itemgetter(*_GROUP_FIELDS)
 
 
 def _expect_type(x: Any, typ: type, name: str) -> Any:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from learner.batching import bucket_for, pack
-from shared.wire import Trajectory, TrajectoryGroup
+from shared.wire import Trajectory, TrajectoryGroup, decode_groups, encode_groups
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,6 +94,35 @@ def test_pack_masks_stale_tokens_and_truncates():
     np.testing.assert_array_equal(p.arrays["mask_bt"][0], [1, 1, 0, 1])
     np.testing.assert_allclose(p.arrays["adv_b"], [1, -1])
     assert p.stats["stale_tokens"] == 1
+
+
+def test_pack_drops_groups_whose_values_went_bad_in_transit(caplog):
+    def group(gid):
+        return TrajectoryGroup(
+            gid, "t", [_traj(gid, i, [1, 2, 3], [0, 1, 1], [0, -1, -2], float(i)) for i in range(2)]
+        )
+
+    msg = bytearray(encode_groups([group("good"), group("nan"), group("mask")]))
+    base = np.frombuffer(msg, np.uint8).ctypes.data
+
+    def offset_of(arr):  # where a decoded (zero-copy) column lies in the message
+        return arr.__array_interface__["data"][0] - base
+
+    # Decoding checks structure; the per-token values are the packer's to check.
+    groups = decode_groups(msg)
+    lp_at = offset_of(groups[1].columns["logprobs"]) + 4
+    mask_at = offset_of(groups[2].columns["loss_mask"])
+    msg2 = bytearray(msg)
+    msg2[lp_at : lp_at + 4] = np.array([np.nan], np.float32).tobytes()
+    msg2[mask_at] = 3
+    bad = decode_groups(bytes(msg2))
+    with caplog.at_level("WARNING", logger="learner.batching"):
+        p = pack(bad, rows=6, buckets=(4,))
+    assert p.stats["invalid_groups"] == 2 and p.stats["groups_kept"] == 1
+    assert p.group_ids == ["good", "nan", "mask"]  # all consumed: not served again
+    assert np.isfinite(p.arrays["rollout_logp_bt"]).all() and p.arrays["mask_bt"][2:].sum() == 0
+    assert "nan" in caplog.text and "logprobs are not all finite" in caplog.text
+    assert "loss_mask holds values" in caplog.text
 
 
 def test_pack_refuses_more_trajectories_than_rows():

@@ -18,6 +18,7 @@ from shared.wire import (
     TrajectoryGroup,
     WireError,
     WireLimits,
+    check_values,
     decode_group,
     decode_groups,
     encode_group,
@@ -311,10 +312,14 @@ def test_bad_values_inside_the_data_are_refused():
         m[off : off + np.dtype(dtype).itemsize] = np.array([value], dtype).tobytes()
         return bytes(m)
 
+    # Per-token values are the consumer's check (the learner's packer calls it).
+    check_values(decode_group(msg))
     with pytest.raises(WireError, match="loss_mask holds values"):
-        decode_group(poke("loss_mask", 3, 7, np.uint8))
+        check_values(decode_group(poke("loss_mask", 3, 7, np.uint8)))
     with pytest.raises(WireError, match="logprobs are not all finite"):
-        decode_group(poke("logprobs", 5, np.nan, np.float32))
+        check_values(decode_group(poke("logprobs", 5, np.nan, np.float32)))
+    with pytest.raises(WireError, match="logprobs are not all finite"):
+        check_values(decode_group(poke("logprobs", 0, -np.inf, np.float32)))
     with pytest.raises(WireError, match="negative sample_index"):
         decode_group(poke("ints", 1, -1, np.int32))
     with pytest.raises(WireError, match="status code 5"):
