@@ -141,7 +141,7 @@ def _stats(
     lengths = np.concatenate([g.lengths for g in groups] or [np.zeros(0)])
     return {
         "reward": float(rewards.mean()) if rewards.size else 0.0,
-        "success": float((rewards > 0).mean()) if rewards.size else 0.0,
+        "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
         "groups": float(len(groups)),
         "groups_kept": float(sum(keep)),
         "trajectories": float(rewards.size),

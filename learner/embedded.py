@@ -68,6 +68,16 @@ class Children:
             time.sleep(0.05)
         return found[0]
 
+    def stop_one(self, name: str, timeout: float = 10.0) -> None:
+        """Stop the child started as ``name`` (its whole process group)."""
+        for entry in [e for e in self.procs if e[0] == name]:
+            _signal_group(entry[1], signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                entry[1].wait(timeout)
+            _signal_group(entry[1], signal.SIGKILL)
+            entry[1].wait()
+            self.procs.remove(entry)
+
     def stop(self, timeout: float = 10.0) -> None:
         for _name, proc in reversed(self.procs):
             _signal_group(proc, signal.SIGTERM)
@@ -99,20 +109,40 @@ def start_embedded(
     checkpoint_root: Path,
     initial_step: int,
     run_dir: Path,
+    web: str | None = None,
+    sidecar: bool = True,
 ) -> dict[str, str]:
-    """Web, inference server (on the checkpoint of ``initial_step``) and sidecar; their URLs
-    (keys ``web``, ``inference``, ``sidecar``)."""
+    """Web (unless ``web`` names a running one), inference server (on the checkpoint of
+    ``initial_step``) and sidecar (with ``sidecar``); their URLs (keys ``web``,
+    ``inference``, ``sidecar``)."""
     cfg_args = (["--config", config_path] if config_path else []) + [
         a for o in overrides for a in ("--set", o)
     ]
-    web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
+    if web is None:
+        web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
     ckpt = str(checkpoint_root / str(initial_step))
     inference = children.start(
         "inference",
         ["learner.serve", "--checkpoint", ckpt, "--port", "0", *cfg_args,
          "--weight-version", str(initial_step)],
     )  # fmt: skip
-    sidecar = children.start(
+    urls = {"web": web, "inference": inference}
+    if sidecar:
+        urls["sidecar"] = start_sidecar(
+            children, cfg_args, checkpoint_root, run_dir, web, inference
+        )
+    return urls
+
+
+def start_sidecar(
+    children: Children,
+    cfg_args: list[str],
+    checkpoint_root: Path,
+    run_dir: Path,
+    web: str,
+    inference: str,
+) -> str:
+    return children.start(
         "sidecar",
         [
             "rollout.serve", *cfg_args, "--run-dir", str(run_dir / "sidecar"),
@@ -121,4 +151,3 @@ def start_embedded(
             "--set", f"checkpoint.dir={checkpoint_root}",
         ],
     )  # fmt: skip
-    return {"web": web, "inference": inference, "sidecar": sidecar}

@@ -77,6 +77,12 @@ class Trainer:
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()
         if step is None:
+            init = self.cfg.learner.init_checkpoint
+            if init:  # a warm start: its parameters, a fresh optimiser and step 0
+                with Checkpointer(Path(init)) as src:
+                    r = src.restore(with_opt_state=False)
+                set_params(self.model, {k: np.asarray(v) for k, v in r.params.items()})
+                log.info("starting from %s (step %d)", init, r.step)
             state, _ = new_state(self.model, self.mesh, self.cfg.learner)
             self.save(state, wait=True)  # step 0: what the inference servers start from
             return state

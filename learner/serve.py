@@ -273,7 +273,7 @@ async def serve(args: argparse.Namespace, config: RunConfig) -> None:
     server = Server(source, engine, scheduler, tokenizer)
     server.weight_version = args.weight_version
     scheduler.start()
-    runner = web.AppRunner(server.app(), access_log=None)
+    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=2)
     await runner.setup()
     host = args.host or config.inference.host
     site = web.TCPSite(runner, host, config.inference.port if args.port is None else args.port)

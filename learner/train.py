@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from shared.config import RunConfig, add_config_args, config_from_args
@@ -31,6 +32,9 @@ def run_dir_of(cfg: RunConfig) -> Path:
 
 def _raise_on_sigterm() -> None:
     def handler(signum, _frame):
+        # A second SIGTERM (timeout(1) and a process-group kill both send one) must not
+        # interrupt the cleanup the first one started: ignore the rest.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)  # unwinds through the children's cleanup
 
     signal.signal(signal.SIGTERM, handler)
@@ -67,18 +71,36 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.distributed import initialize
 
     initialize(cfg.mesh)
-    from learner.embedded import Children, start_embedded
+    from learner.checkpoint import latest_committed_step
+    from learner.embedded import Children, start_embedded, start_sidecar
     from learner.loop import Trainer
+    from learner.pipeline import evaluate_test, summarize, warm_start
     from learner.source import GroupSource
 
+    t_start = time.monotonic()
     run_dir = run_dir_of(cfg)
-    trainer = Trainer(cfg, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _link_latest(run_dir)
+    print(f"run dir {run_dir}", flush=True)
+    overrides = list(args.overrides or [])
+    cfg_args = (["--config", str(args.config)] if args.config else []) + [
+        a for o in overrides for a in ("--set", o)
+    ]
+    embedded = not cfg.rollout.urls
+    trainer = None
+    results: dict[str, dict] = {}
     try:
         with Children(run_dir / "logs") as children:
-            urls = list(cfg.rollout.urls)
-            web, inference = cfg.web.url, list(cfg.inference.urls)
-            if not urls:
-                overrides = list(args.overrides or [])
+            web, inference, urls = cfg.web.url, list(cfg.inference.urls), list(cfg.rollout.urls)
+            if embedded:
+                if not web:  # web.url names a running local web, else start one
+                    web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
+                fresh = latest_committed_step(run_dir / cfg.checkpoint.dir) is None
+                if cfg.sft.demos and fresh and not cfg.learner.init_checkpoint:
+                    root = warm_start(cfg, cfg_args, run_dir, web, children)
+                    cfg = replace(cfg, learner=replace(cfg.learner, init_checkpoint=str(root)))
+            trainer = Trainer(cfg, run_dir)
+            if embedded:
                 started = start_embedded(
                     children,
                     config_path=str(args.config) if args.config else None,
@@ -86,16 +108,50 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                     checkpoint_root=trainer.ckpt_root,
                     initial_step=int(trainer.state.step),
                     run_dir=run_dir,
+                    web=web,
+                    sidecar=False,
                 )
-                urls, web, inference = [started["sidecar"]], started["web"], [started["inference"]]
+                inference = [started["inference"]]
+            testing = cfg.learner.test_tasks > 0 and bool(web and inference)
+
+            def test(tag: str) -> None:
+                for key, temp in ((tag, cfg.inference.temperature), (f"{tag}_greedy", 0.0)):
+                    results[key] = evaluate_test(cfg, cfg_args, run_dir, web, inference, tag, temp)
+
+            if testing and int(trainer.state.step) == 0:
+                test("before")
+            if embedded:
+                urls = [
+                    start_sidecar(children, cfg_args, trainer.ckpt_root, run_dir, web, inference[0])
+                ]
             source = GroupSource(urls, auth_token=cfg.rollout.auth_token)
             if web and inference:
                 trainer.evaluator = DevEvaluator(args, web, inference, run_dir)
             trainer.run(source)
+            if embedded:
+                children.stop_one("sidecar")  # its rollouts would compete with the evaluation
+            if testing and trainer.version == int(trainer.state.step):
+                test("after")
     finally:
-        trainer.close()
-    print(f"trained to step {int(trainer.state.step)}; run dir {run_dir}", flush=True)
+        if trainer is not None:
+            trainer.close()
+    step = int(trainer.state.step)
+    print(f"trained to step {step}; run dir {run_dir}", flush=True)
+    if {"before", "before_greedy", "after", "after_greedy"} <= set(results):
+        summarize(cfg, run_dir, results, (time.monotonic() - t_start) / 60)
+        print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
+
+
+def _link_latest(run_dir: Path) -> None:
+    """``<run_dir parent>/latest`` -> this run."""
+    link = run_dir.parent / "latest"
+    try:
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(run_dir.name)
+    except OSError as e:
+        logging.getLogger("learner.train").warning("could not link %s: %s", link, e)
 
 
 def main(argv: list[str] | None = None) -> int:

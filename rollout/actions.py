@@ -356,17 +356,37 @@ def action_names(mode: str) -> tuple[str, ...]:
     return tuple(spec.name for spec in ACTIONS[mode])
 
 
-def describe_actions(mode: str, allowed_hosts: tuple[str, ...] = ()) -> str:
-    """The action description for the system prompt, rendered from the mode's table."""
+_COMPACT_INTROS = {
+    "api": "Reply with exactly one action as XML tags.",
+    "playwright": "Reply with exactly one action as a Python call.",
+    "som": (
+        "The page's interactive elements are numbered inline, like [3]. "
+        "Reply with exactly one action as a call."
+    ),
+}
+
+
+def describe_actions(
+    mode: str, allowed_hosts: tuple[str, ...] = (), *, compact: bool = False
+) -> str:
+    """The action description for the system prompt, rendered from the mode's table.
+
+    ``compact``: one line per action (signature and example), no documentation: a
+    quarter of the tokens, for policies with a short context.
+    """
     if mode not in ACTIONS:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    lines = [_INTROS[mode], "", "Actions:"]
-    for spec in ACTIONS[mode]:
-        lines.append(f"- {spec.signature()}: {spec.doc}")
-        lines.extend(f"    {p.name}: {p.doc}" for p in spec.params)
-        lines.append(f"    Example: {spec.example}")
-    lines.append("")
-    lines.append("Only the first action of a reply is run.")
+    if compact:
+        lines = [_COMPACT_INTROS[mode], "Actions:"]
+        lines += [f"- {spec.signature()}, e.g. {spec.example}" for spec in ACTIONS[mode]]
+    else:
+        lines = [_INTROS[mode], "", "Actions:"]
+        for spec in ACTIONS[mode]:
+            lines.append(f"- {spec.signature()}: {spec.doc}")
+            lines.extend(f"    {p.name}: {p.doc}" for p in spec.params)
+            lines.append(f"    Example: {spec.example}")
+        lines.append("")
+        lines.append("Only the first action of a reply is run.")
     if allowed_hosts:
         lines.append(f"URLs must use http or https on these sites: {', '.join(allowed_hosts)}.")
     return "\n".join(lines)

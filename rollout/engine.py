@@ -163,7 +163,9 @@ class RolloutEngine:
             return OraclePolicy(task, self.cfg.env.mode, self.web_url).next
         if policy == "noisy_oracle":
             seed = self.rng.randrange(2**31)
-            return NoisyOraclePolicy(task, self.cfg.env.mode, self.web_url, seed=seed).next
+            return NoisyOraclePolicy(
+                task, self.cfg.env.mode, self.web_url, p=self.cfg.rollout.oracle_noise, seed=seed
+            ).next
         return None
 
     def _remember(self, task: dict, env, traj: Trajectory) -> None:

@@ -22,32 +22,9 @@ import numpy as np
 
 from rollout.env import Environment
 from rollout.inference import Generation, InferenceClient, InferenceError, Sampling
+from shared.chat import TurnFormat, observation_turn
 from shared.tokenizer import Tokenizer
 from shared.wire import Trajectory
-
-_A, _B = "\x00A\x00", "\x00B\x00"  # probes to find the template's turn boundaries
-
-
-@dataclass(frozen=True)
-class TurnFormat:
-    """The chat template's text between an assistant message and the next user message."""
-
-    after_assistant: str  # e.g. "<|im_end|>\n"
-    before_user: str  # e.g. "<|im_start|>user\n"
-    after_user: str  # e.g. "<|im_end|>\n<|im_start|>assistant\n" (ends with the gen prompt)
-
-    @classmethod
-    def of(cls, tok: Tokenizer) -> TurnFormat:
-        base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-        with_obs = [*base, {"role": "assistant", "content": _A}, {"role": "user", "content": _B}]
-        text = tok.apply_chat_template(with_obs, add_generation_prompt=True)
-        between = text[text.index(_A) + len(_A) : text.index(_B)]
-        alone = tok.apply_chat_template(
-            [*base, {"role": "assistant", "content": _A}], add_generation_prompt=False
-        )
-        after_a = alone[alone.index(_A) + len(_A) :]
-        split = len(after_a) if between.startswith(after_a) else 0
-        return cls(between[:split], between[split:], text[text.index(_B) + len(_B) :])
 
 
 @dataclass
@@ -127,8 +104,7 @@ async def run_episode(
             closing = (
                 fmt.after_assistant if not (gen.output_ids and gen.output_ids[-1] in stops) else ""
             )
-            obs_ids = tok.encode(r.text)[: limits.observation_tokens]
-            turn = tok.encode(closing + fmt.before_user) + obs_ids + tok.encode(fmt.after_user)
+            turn = observation_turn(tok, fmt, r.text, limits.observation_tokens, closing)
             if len(seq.tokens) + len(turn) + 4 > limits.max_context_tokens:
                 break  # the next observation would overflow the context
             seq.add(turn, mask=0)

@@ -89,7 +89,10 @@ def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[d
     from rollout.tasks.generate import generate
     from rollout.web.build import load
 
-    return generate(load(cfg.web.cache_dir), args.split, args.n, seed=args.seed, base_url=web_url)
+    return generate(
+        load(cfg.web.cache_dir), args.split, args.n, cfg.rollout.task_types, args.seed, web_url,
+        cfg.rollout.task_templates,
+    )  # fmt: skip
 
 
 async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:

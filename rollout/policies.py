@@ -36,8 +36,9 @@ class OraclePolicy:
 
     def _call(self, name: str, *args: object) -> str:
         if self.mode == "api":
-            tag = {"search": "query", "visit": "url", "answer": "answer"}[name]
-            return f"<action>{name}</action><{tag}>{args[0]}</{tag}>"
+            # The short form, with a space before the argument: a name copied from running
+            # text ("code FAI", "serving Posadas,") keeps the same tokens (" F", " P").
+            return f"<{name}> {args[0]}</{name}>"
         return f"{name}({', '.join(json.dumps(a) for a in args)})"
 
     def _search(self, query: str) -> str:

@@ -259,7 +259,10 @@ def _load_tasks(cfg: RunConfig, tasks_file: str | None, web_url: str) -> list[di
     from rollout.web.build import load
 
     lw = load(cfg.web.cache_dir)
-    return generate(lw, cfg.rollout.split, 2000, types=cfg.rollout.task_types, base_url=web_url)
+    return generate(
+        lw, cfg.rollout.split, 2000, types=cfg.rollout.task_types, base_url=web_url,
+        templates=cfg.rollout.task_templates,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,6 +80,11 @@ class EnvConfig:
         "api", "Action space: search API, full Playwright browser, or Set-of-Mark."
     )
     max_steps: int = option(30, "Steps before an episode is truncated.", ge=1, le=1000)
+    prompt: Literal["full", "compact"] = option(
+        "full",
+        "System prompt: `full` documents every action and argument; `compact` gives one "
+        "line per action (a quarter of the tokens, for short-context policies).",
+    )
     action_timeout_s: float = option(10.0, "Timeout of one action.", gt=0, le=600)
     observation_chars: int = option(
         4000, "Budget of page text shown per observation.", ge=100, le=1_000_000
@@ -122,9 +127,17 @@ class RolloutConfig:
     policy: Literal["model", "oracle", "noisy_oracle"] = option(
         "model", "Who acts: the model through the inference servers, or a scripted policy."
     )
+    oracle_noise: float = option(
+        0.35, "Probability that each decision of the noisy_oracle policy is a mistake.", ge=0, le=1
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."
+    )
+    task_templates: tuple[str, ...] = option(
+        (),
+        "Task templates episodes draw from (names as `python -m rollout.tasks --list` "
+        "prints them); empty: every template of task_types.",
     )
     auth_token: str | None = option(
         None, "Bearer token every sidecar request must carry; unset accepts any."
@@ -184,6 +197,17 @@ class LearnerConfig:
     compute_dtype: Literal["float32", "bfloat16"] = option("float32", "Compute dtype.")
     eval_every: int = option(50, "Steps between dev-split evaluations; 0 disables.", ge=0)
     eval_tasks: int = option(100, "Dev-split tasks per evaluation.", ge=1)
+    test_tasks: int = option(
+        0,
+        "Test-split tasks evaluated before and after training, at the sampling temperature "
+        "and greedily, into summary.json; 0 skips the test evaluation.",
+        ge=0,
+    )
+    init_checkpoint: str | None = option(
+        None,
+        "A checkpoint directory whose latest committed parameters start a new run "
+        "(an SFT warm start); unset starts from the model's initialisation.",
+    )
     seed: int = option(0, "Seed of the learner's PRNG.", ge=0)
 
 
@@ -218,6 +242,36 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class SftConfig:
+    """The supervised warm start of the embedded pipeline (``python -m learner.sft``)."""
+
+    demos: int = option(
+        0,
+        "Noisy-oracle episodes collected through the sidecar before GRPO and fine-tuned on; "
+        "0 skips the warm start.",
+        ge=0,
+    )
+    min_reward: float = option(
+        0.0,
+        "Least reward of an exported demonstration; 0 keeps the oracle's mistakes too "
+        "(an imperfect warm start leaves GRPO room to improve).",
+    )
+    context_weight: float = option(
+        0.0,
+        "Loss weight of the prompt and observation tokens relative to the assistant's "
+        "(0: assistant tokens only). Language-modelling the pages read teaches a small "
+        "policy to copy from them.",
+        ge=0,
+        le=1,
+    )
+    steps: int = option(300, "SFT optimiser steps.", ge=0)
+    batch_size: int = option(32, "Sequences per SFT step.", ge=1)
+    learning_rate: float = option(1.5e-3, "Peak SFT learning rate.", gt=0, le=1)
+    warmup_steps: int = option(20, "Linear warm-up steps of SFT.", ge=0)
+    seed: int = option(0, "Seed of the SFT data order.", ge=0)
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     """Where a run writes and how it shows progress."""
 
@@ -240,6 +294,7 @@ class RunConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 

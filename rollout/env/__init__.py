@@ -82,7 +82,7 @@ def make_env(
         raise ValueError(f"unknown mode {mode!r}; expected api, playwright or som")
     return Environment(
         mode, backend, policy, limits=limits, verifier=verifier, run_dir=run_dir,
-        episode_id=episode_id,
+        episode_id=episode_id, prompt=env.prompt,
     )  # fmt: skip
 
 

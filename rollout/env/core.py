@@ -83,8 +83,10 @@ class Environment:
         verifier: VerifierConfig | None = None,
         run_dir: str | Path | None = None,
         episode_id: str | None = None,
+        prompt: str = "full",
     ):
         self.mode, self.backend, self.policy = mode, backend, policy
+        self.prompt = prompt  # "full" or "compact" action descriptions
         self.limits, self.verifier = limits, verifier
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.episode_id = episode_id or uuid.uuid4().hex[:16]
@@ -96,7 +98,7 @@ class Environment:
     # ------------------------------------------------------------------ prompts
 
     def system_prompt(self) -> str:
-        return describe_actions(self.mode, self.policy_hosts())
+        return describe_actions(self.mode, self.policy_hosts(), compact=self.prompt == "compact")
 
     def policy_hosts(self) -> tuple[str, ...]:
         return tuple(getattr(self.policy, "allowed_hosts", ()))

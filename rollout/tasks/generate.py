@@ -115,13 +115,27 @@ def generate(
     types: Iterable[str] = TYPES,
     seed: int = 0,
     base_url: str = "http://127.0.0.1:8900",
+    templates: Iterable[str] = (),
 ) -> list[dict]:
-    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``."""
+    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``.
+
+    ``templates`` (names as in ``rollout.tasks.templates.TEMPLATES``, a citation variant
+    as ``name+citation``) narrows the draw to those templates; empty means all of ``types``.
+    """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     rng = random.Random(f"{seed}|{split}")
+    by_template = all_candidates(lw, types)
+    wanted = set(templates)
+    if wanted - set(by_template):
+        raise ValueError(
+            f"unknown task templates {sorted(wanted - set(by_template))} for types "
+            f"{sorted(types)}; known: {', '.join(sorted(by_template))}"
+        )
     pools = []
-    for _name, cands in sorted(all_candidates(lw, types).items()):
+    for name, cands in sorted(by_template.items()):
+        if wanted and name not in wanted:
+            continue
         pool = sorted((c for c in cands if split_of(c.subject) == split), key=lambda c: c.subject)
         rng.shuffle(pool)
         if pool:
@@ -129,7 +143,9 @@ def generate(
     available = sum(len(p) for p in pools)
     if n > available:
         raise ValueError(
-            f"only {available} {split} tasks of types {sorted(types)} exist; asked {n}"
+            f"only {available} {split} tasks of types {sorted(types)}"
+            + (f", templates {sorted(wanted)}" if wanted else "")
+            + f" exist; asked {n}"
         )
     chosen: list[Candidate] = []
     depth = 0

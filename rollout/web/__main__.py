@@ -22,7 +22,7 @@ from shared.config import add_config_args, config_from_args
 
 async def serve(host: str, port: int, cache_dir: str | None) -> None:
     lw = load(cache_dir)
-    runner = web.AppRunner(make_app(lw), access_log=None)
+    runner = web.AppRunner(make_app(lw), access_log=None, shutdown_timeout=2)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -1,4 +1,5 @@
-"""The embedded default: web, inference server and sidecar as children; none left behind."""
+"""The embedded default, end to end: demonstrations, SFT, test evaluation, GRPO, summary;
+web, inference server and sidecars as children, none left behind."""
 
 from __future__ import annotations
 
@@ -30,20 +31,21 @@ def _groups_alive(pgids: set[int]) -> list[str]:
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_embedded_default_trains_three_steps_and_leaves_no_process(tmp_path):
+def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
     sets = [
         "learner.steps=3", "learner.groups_per_step=2", "rollout.group_size=2",
-        "rollout.max_concurrent_episodes=4", "inference.max_new_tokens=16", "env.max_steps=2",
+        "rollout.max_concurrent_episodes=4", "inference.max_new_tokens=16", "env.max_steps=3",
         "learner.length_buckets=[512]", "checkpoint.every_steps=2", "logging.progress=false",
         f"logging.run_dir={tmp_path}", "logging.run_name=emb", "learner.eval_every=2",
-        "learner.eval_tasks=3",
+        "learner.eval_tasks=3", "sft.demos=8", "sft.steps=2", "sft.batch_size=2",
+        "learner.test_tasks=4",
     ]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "learner.train", *[a for s in sets for a in ("--set", s)]],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "emb"
@@ -57,7 +59,23 @@ def test_embedded_default_trains_three_steps_and_leaves_no_process(tmp_path):
     children = dict(
         line.split() for line in (run / "logs" / "children.pids").read_text().splitlines()
     )
-    assert sorted(children) == ["inference", "sidecar", "web"]
+    assert sorted(children) == ["demo-sidecar", "inference", "sidecar", "web"]
+    # Warm start: demonstrations through the sidecar, exported, fine-tuned on.
+    assert len(list((run / "demos" / "episodes").glob("*.trajectory.jsonl"))) >= 8
+    assert (run / "sft" / "sft.jsonl").read_text().count("\n") >= 1
+    assert (run / "sft" / "checkpoints" / "2").is_dir()
+    assert "starting from" in out.stderr and "sft step 2/2" in out.stderr
+    # Test split before and after, at the sampling temperature and greedily.
+    for name in ("before-t1", "before-greedy", "after-t1", "after-greedy"):
+        result = json.loads((run / "eval" / f"test-{name}" / "result.json").read_text())
+        assert result["n"] == 4 and len(result["ci95"]) == 2
+        assert len(list((run / "eval" / f"test-{name}").glob("*.trajectory.jsonl"))) == 4
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["n_test"] == 4 and summary["mode"] == "api" and summary["temperature"] == 1.0
+    assert summary["wall_minutes"] > 0 and "gain_points" in summary
+    assert "SFT start" in out.stdout and "after GRPO" in out.stdout
+    assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "latest").resolve() == run.resolve()
     pids = {int(p) for p in children.values()}
     for pid in pids:
         with pytest.raises(ProcessLookupError):

@@ -82,6 +82,17 @@ def test_the_description_names_the_citation_syntax_and_allowed_hosts():
     assert "click [3]" in describe_actions("som")
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_compact_description_lists_every_action_with_its_example(mode):
+    text = describe_actions(mode, ("127.0.0.1:8900",), compact=True)
+    listed = re.findall(r"^- (\w+)\(", text, re.M)
+    assert listed == [spec.name for spec in ACTIONS[mode]]
+    for spec in ACTIONS[mode]:
+        assert f"- {spec.signature()}, e.g. {spec.example}" in text
+    assert "127.0.0.1:8900" in text
+    assert len(text) < 0.6 * len(describe_actions(mode, ("127.0.0.1:8900",)))
+
+
 def test_describe_actions_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match="unknown mode"):
         describe_actions("vision")

@@ -77,6 +77,16 @@ def test_generation_is_deterministic_and_seeded(local_web):
         generate(local_web, "dev", 5, types=["trivia"])
 
 
+def test_templates_narrow_the_draw(local_web):
+    tasks = generate(local_web, "test", 300, templates=["airport_city", "city_timezone"])
+    assert {t["template"] for t in tasks} == {"airport_city", "city_timezone"}
+    assert len(tasks) == 300 and len({t["id"] for t in tasks}) == 300
+    with pytest.raises(ValueError, match=r"unknown task templates \['nope'\].*airport_city"):
+        generate(local_web, "dev", 5, templates=["nope"])
+    with pytest.raises(ValueError, match=r"only \d+ dev tasks .*templates \['geo_capital'\]"):
+        generate(local_web, "dev", 500, templates=["geo_capital"])
+
+
 async def _fetch_all(urls: list[str]) -> dict[str, str]:
     sem = asyncio.Semaphore(16)
     out: dict[str, str] = {}

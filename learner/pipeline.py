@@ -1,0 +1,250 @@
+"""The embedded default's phases around GRPO: warm start, test evaluation, summary.
+
+1. Warm start (``sft.demos`` > 0): a sidecar with the noisy-oracle policy runs
+   ``sft.demos`` episodes through the real harness (environment, verifiers,
+   progress tracker); their records are exported with ``rollout.sft_export``
+   (``sft.min_reward``: 0 keeps the oracle's mistakes) and the policy is
+   fine-tuned on them (``learner.sft``). GRPO starts from that checkpoint.
+2. Test evaluation (``learner.test_tasks`` > 0): ``python -m rollout.eval
+   --policy server --split test`` against the inference server, at the sampling
+   temperature and greedily, before GRPO and after it.
+3. Summary: a table on stdout, ``summary.json``, ``curves.png`` (reward and
+   success over steps, the test results beside them) in the run directory.
+
+Each phase leaves its result in the run directory and is skipped when a
+restarted run finds it there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from learner.embedded import Children
+from shared.config import RunConfig
+
+log = logging.getLogger("learner.train")
+Z95 = 1.959963984540054
+DEMO_GROUP = 2  # demonstrations per task: more distinct tasks than GRPO's group size gives
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (95% by default)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- warm start
+
+
+def collect_demos(
+    cfg: RunConfig, cfg_args: list[str], run_dir: Path, web: str, children: Children
+) -> Path:
+    """``sft.demos`` noisy-oracle episodes through a sidecar; the directory of their records."""
+    from learner.source import GroupSource
+
+    demo_dir = run_dir / "demos"
+    sidecar = children.start(
+        "demo-sidecar",
+        [
+            "rollout.serve", *cfg_args, "--run-dir", str(demo_dir),
+            "--set", "rollout.port=0", "--set", f"web.url={web}",
+            "--set", "rollout.policy=noisy_oracle", "--set", "inference.urls=[]",
+            "--set", f"rollout.group_size={DEMO_GROUP}",
+        ],
+    )  # fmt: skip
+    source = GroupSource([sidecar], auth_token=cfg.rollout.auth_token)
+    groups = -(-cfg.sft.demos // DEMO_GROUP)
+    got: set[str] = set()
+    t0 = time.monotonic()
+    while len(got) < groups:
+        for g in source.take(min(8, groups - len(got)), got):
+            got.add(g.group_id)
+        source.committed(sorted(got))
+        say(
+            f"demos: {len(got) * DEMO_GROUP}/{groups * DEMO_GROUP} "
+            f"episodes ({time.monotonic() - t0:.0f} s)"
+        )
+    source.flush_acks()
+    children.stop_one("demo-sidecar")
+    return demo_dir / "episodes"
+
+
+def warm_start(
+    cfg: RunConfig, cfg_args: list[str], run_dir: Path, web: str, children: Children
+) -> Path:
+    """Demos, export, SFT; the SFT checkpoint directory (reused when already committed)."""
+    from learner.checkpoint import latest_committed_step
+    from learner.sft import train_sft
+
+    sft_dir = run_dir / "sft"
+    root = sft_dir / "checkpoints"
+    if latest_committed_step(root) is not None:
+        say(f"warm start: reusing {root}")
+        return root
+    t0 = time.monotonic()
+    episodes = collect_demos(cfg, cfg_args, run_dir, web, children)
+    data = sft_dir / "sft.jsonl"
+    cmd = [
+        sys.executable, "-m", "rollout.sft_export", str(episodes), "--out", str(data),
+        "--min-reward", str(cfg.sft.min_reward),
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"sft_export failed: {out.stderr[-2000:]}")
+    say(out.stderr.strip().splitlines()[-1])
+    train_sft(cfg, data, sft_dir)
+    (sft_dir / "done.json").write_text(json.dumps({"minutes": (time.monotonic() - t0) / 60}))
+    return root
+
+
+# ----------------------------------------------------------------------------- test evaluation
+
+
+def evaluate_test(
+    cfg: RunConfig,
+    cfg_args: list[str],
+    run_dir: Path,
+    web: str,
+    inference: list[str],
+    tag: str,
+    temperature: float,
+) -> dict:
+    """``rollout.eval`` on ``learner.test_tasks`` test tasks; its result plus the CI."""
+    name = f"{tag}-greedy" if temperature == 0 else f"{tag}-t{temperature:g}"
+    out_dir = run_dir / "eval" / f"test-{name}"
+    result_file = out_dir / "result.json"
+    if result_file.is_file():
+        return json.loads(result_file.read_text())
+    urls = "[" + ",".join(f'"{u}"' for u in inference) + "]"
+    cmd = [
+        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", cfg.env.mode,
+        "--policy", "server", "--split", "test", "--n", str(cfg.learner.test_tasks),
+        "--set", f"web.url={web}", "--set", f"inference.urls={urls}",
+        "--set", f"inference.temperature={temperature}", "--out", str(out_dir),
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"test evaluation failed: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    n = int(result["n"])
+    k = round(float(result["success_rate"]) * n)
+    result.update(temperature=temperature, successes=k, ci95=list(wilson(k, n)))
+    result_file.write_text(json.dumps(result))
+    say(
+        f"test {name}: success {result['success_rate']:.3f} "
+        f"[{result['ci95'][0]:.3f}, {result['ci95'][1]:.3f}] over {n} tasks, "
+        f"mean reward {result['mean_reward']:.3f} ({time.monotonic() - t0:.0f} s)"
+    )
+    return result
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minutes: float) -> dict:
+    """summary.json, the table on stdout, and curves.png."""
+    t = cfg.inference.temperature
+    sft, grpo = results["before"], results["after"]
+    summary = {
+        "mode": cfg.env.mode,
+        "n_test": int(sft["n"]),
+        "temperature": t,
+        "sft_success": sft["success_rate"],
+        "sft_ci95": sft["ci95"],
+        "sft_mean_reward": sft["mean_reward"],
+        "grpo_success": grpo["success_rate"],
+        "grpo_ci95": grpo["ci95"],
+        "grpo_mean_reward": grpo["mean_reward"],
+        "gain_points": round(100 * (grpo["success_rate"] - sft["success_rate"]), 2),
+        "cis_overlap": not (grpo["ci95"][0] > sft["ci95"][1] or sft["ci95"][0] > grpo["ci95"][1]),
+        "sft_greedy_success": results["before_greedy"]["success_rate"],
+        "grpo_greedy_success": results["after_greedy"]["success_rate"],
+        "steps": cfg.learner.steps,
+        "seed": cfg.learner.seed,
+        "wall_minutes": round(wall_minutes, 2),
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(table(summary), flush=True)
+    try:
+        plot(run_dir, summary)
+    except Exception as e:  # a missing plot must not lose the run's numbers
+        log.warning("no plot: %s", e)
+    return summary
+
+
+def table(s: dict) -> str:
+    def ci(c):
+        return f"[{c[0]:.3f}, {c[1]:.3f}]"
+
+    rows = [
+        f"test split, {s['mode']} mode, {s['n_test']} tasks, temperature {s['temperature']:g}",
+        f"{'':12}{'success':>9}  {'95% CI (Wilson)':>16}  {'mean reward':>11}  {'greedy':>7}",
+        f"{'SFT start':12}{s['sft_success']:>9.3f}  {ci(s['sft_ci95']):>16}  "
+        f"{s['sft_mean_reward']:>11.3f}  {s['sft_greedy_success']:>7.3f}",
+        f"{'after GRPO':12}{s['grpo_success']:>9.3f}  {ci(s['grpo_ci95']):>16}  "
+        f"{s['grpo_mean_reward']:>11.3f}  {s['grpo_greedy_success']:>7.3f}",
+        f"gain {s['gain_points']:+.1f} points; confidence intervals "
+        f"{'overlap' if s['cis_overlap'] else 'do not overlap'}; {s['wall_minutes']:.1f} min",
+    ]
+    return "\n".join(rows)
+
+
+def plot(run_dir: Path, summary: dict) -> Path:
+    """Training reward and success per step (and a moving average), test results as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, reward, success = [], [], []
+    metrics = run_dir / "metrics.jsonl"
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        r = json.loads(line)
+        if "reward" in r and "eval" not in r:
+            steps.append(r["step"])
+            reward.append(r["reward"])
+            success.append(r["success"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    for ys, label in ((reward, "train reward"), (success, "train success")):
+        ax.plot(steps, ys, alpha=0.3, lw=1)
+        k = max(1, len(ys) // 10)
+        avg = [
+            sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+            for i in range(len(ys))
+        ]
+        ax.plot(steps, avg, lw=2, label=f"{label} (moving mean of {k})")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right")
+    ax.set_title(f"training ({summary['mode']} mode, temperature {summary['temperature']:g})")
+    names = ["SFT start", "after GRPO"]
+    vals = [summary["sft_success"], summary["grpo_success"]]
+    cis = [summary["sft_ci95"], summary["grpo_ci95"]]
+    err = [
+        [v - c[0] for v, c in zip(vals, cis, strict=True)],
+        [c[1] - v for v, c in zip(vals, cis, strict=True)],
+    ]
+    bx.bar(names, vals, yerr=err, capsize=6, color=["#999999", "#3b7dd8"])
+    bx.set_ylim(0, 1)
+    bx.set_title(f"test success (n={summary['n_test']}, 95% CI)")
+    fig.tight_layout()
+    out = run_dir / "curves.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,228 @@
+"""`python -m learner.sft --data sft.jsonl --out DIR [--config PATH] [--set k=v ...]`.
+
+Supervised fine-tuning on chats in the ``messages`` format (``python -m
+rollout.sft_export`` writes them): each chat is laid out exactly as an episode
+(``shared.chat.render_chat``: the prompt, then the assistant's ids and the
+observations cut to ``inference.observation_tokens``), and the loss is the
+weighted mean negative log-likelihood: weight 1 on the assistant tokens,
+``sft.context_weight`` on the prompt and observations (predicting the pages it
+reads is what teaches a small model to copy names and URLs from them). Batches have one fixed
+shape (``sft.batch_size`` rows of the largest ``learner.length_buckets``), so the
+step compiles once; rows are split over the mesh like GRPO's. AdamW with warm-up
+and cosine decay (``sft.*``). The result is an Orbax checkpoint under
+``DIR/checkpoints`` (``learner.init_checkpoint`` starts GRPO from it) and
+``DIR/sft_metrics.jsonl``; a progress line goes to stderr every 10 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from shared.chat import ChatError, render_chat
+from shared.config import RunConfig, add_config_args, config_from_args
+from shared.tokenizer import Tokenizer, load_tokenizer
+
+log = logging.getLogger("learner.sft")
+PROGRESS_EVERY = 10
+
+
+def load_examples(path: str | Path, tok: Tokenizer, cfg: RunConfig) -> list[tuple[list, list]]:
+    """(ids, mask) per chat of the JSONL file; chats with no assistant token are skipped."""
+    out, bad = [], 0
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                messages = json.loads(line)["messages"]
+                ids, mask = render_chat(
+                    tok,
+                    messages,
+                    observation_tokens=cfg.inference.observation_tokens,
+                    max_context_tokens=cfg.inference.max_context_tokens,
+                )
+            except (ValueError, KeyError, TypeError, ChatError) as e:
+                bad += 1
+                log.warning("%s:%d: skipped: %s", path, n, e)
+                continue
+            if any(mask[1:]):
+                out.append((ids, mask))
+    if bad:
+        log.warning("%s: %d malformed lines skipped", path, bad)
+    return out
+
+
+def make_batch(
+    examples: list[tuple[list, list]], rows: int, t: int, pad: int, context_weight: float = 0.0
+) -> dict:
+    """Next-token rows as ``learner.batching`` lays them out (mask/targets shifted by one).
+
+    ``weight_bt`` weighs each target's loss: 1 on assistant tokens, ``context_weight``
+    on the rest (prompt and observations), 0 on padding."""
+    a = {
+        "tokens_bt": np.full((rows, t), pad, np.int32),
+        "targets_bt": np.full((rows, t), pad, np.int32),
+        "positions_bt": np.broadcast_to(np.arange(t, dtype=np.int32), (rows, t)).copy(),
+        "attn_bt": np.zeros((rows, t), np.int32),
+        "mask_bt": np.zeros((rows, t), np.float32),
+    }
+    for r, (ids, mask) in enumerate(examples):
+        m = min(len(ids) - 1, t)
+        a["tokens_bt"][r, :m] = ids[:m]
+        a["targets_bt"][r, :m] = ids[1 : m + 1]
+        a["attn_bt"][r, :m] = 1
+        a["mask_bt"][r, :m] = mask[1 : m + 1]
+    a["weight_bt"] = a["mask_bt"] + context_weight * (a["attn_bt"] - a["mask_bt"])
+    return a
+
+
+def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
+    """One AdamW step on the masked mean NLL of the assistant tokens."""
+    from learner.step import TrainState, lr_schedule, optimizer, token_logprobs
+
+    mask, weight = batch["mask_bt"], batch["weight_bt"]
+
+    def loss_fn(params):
+        logp_bt, _ = token_logprobs(model, params, batch)
+        loss = -(logp_bt * weight).sum() / jnp.maximum(weight.sum(), 1e-6)
+        action_loss = -(logp_bt * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+        return loss, action_loss
+
+    (loss, action_loss), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    m = {
+        "loss": loss,
+        "action_loss": action_loss,
+        "grad_norm": optax.global_norm(grads),
+        "learning_rate": lr_schedule(cfg)(state.step),
+    }
+    return TrainState(state.step + 1, params, opt_state, state.rng, None), m
+
+
+def sft_learner_config(cfg: RunConfig):
+    """The learner section with the SFT schedule (what ``learner.step.optimizer`` reads)."""
+    s = cfg.sft
+    return dataclasses.replace(
+        cfg.learner,
+        steps=s.steps,
+        learning_rate=s.learning_rate,
+        warmup_steps=min(s.warmup_steps, max(s.steps - 1, 0)),
+        kl_coef=0.0,
+    )
+
+
+def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
+    """Fine-tune the configured model on ``data``; returns the checkpoint directory."""
+    from learner.checkpoint import Checkpointer
+    from learner.loop import build_model
+    from learner.sharding import make_mesh
+    from learner.step import batch_sharding, new_state, place_batch, rows_multiple, state_shardings
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model, tokenizer_dir = build_model(cfg)
+    tok = load_tokenizer(tokenizer_dir)
+    examples = load_examples(data, tok, cfg)
+    if not examples:
+        raise ValueError(f"{data}: no chat with an assistant turn to train on")
+    lc = sft_learner_config(cfg)
+    mesh = make_mesh(cfg.mesh)
+    k = rows_multiple(mesh)
+    rows = -(-cfg.sft.batch_size // k) * k
+    t = int(cfg.learner.length_buckets[-1])
+    state, _ = new_state(model, mesh, lc)
+    shardings = state_shardings(model, mesh, lc)
+    step_fn = jax.jit(
+        functools.partial(sft_step, model=model, cfg=lc),
+        in_shardings=(shardings, batch_sharding(mesh)),
+        out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())),
+        donate_argnums=(0,),
+    )
+    tokens = sum(len(ids) for ids, _ in examples)
+    targets = sum(sum(mask) for _, mask in examples)
+    log.info(
+        "SFT: %d chats, %d tokens (%d trained on), %d steps of %d x %d",
+        len(examples), tokens, targets, cfg.sft.steps, rows, t,
+    )  # fmt: skip
+    rng = np.random.default_rng(cfg.sft.seed)
+    order: list[int] = []
+    pad = model.cfg.pad_token_id or 0
+    m: dict = {}
+    t0 = time.perf_counter()
+    with (out_dir / "sft_metrics.jsonl").open("w") as metrics:
+        for step in range(1, cfg.sft.steps + 1):
+            while len(order) < rows:  # epochs, each in a fresh order
+                order += rng.permutation(len(examples)).tolist()
+            take, order = order[:rows], order[rows:]
+            rows_np = make_batch([examples[i] for i in take], rows, t, pad, cfg.sft.context_weight)
+            batch = place_batch(rows_np, mesh)
+            state, m = step_fn(state, batch)
+            if step % PROGRESS_EVERY == 0 or step == cfg.sft.steps:
+                m = {k: float(v) for k, v in jax.device_get(m).items()}
+                rec = {"step": step, **m, "elapsed_s": time.perf_counter() - t0}
+                metrics.write(json.dumps(rec) + "\n")
+                metrics.flush()
+                print(
+                    f"sft step {step}/{cfg.sft.steps}  loss {m['loss']:.4f}  "
+                    f"action loss {m['action_loss']:.4f}  "
+                    f"lr {m['learning_rate']:.2e}  {rec['elapsed_s']:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    root = out_dir / "checkpoints"
+    with Checkpointer(root, max_to_keep=1) as ckpt:
+        ckpt.save(
+            cfg.sft.steps,
+            params=state.params,
+            config=cfg,
+            model_config=model.cfg,
+            tokenizer_dir=tokenizer_dir,
+            metrics={"loss": float(m["loss"]) if m else None, "chats": len(examples)},
+            force=True,
+        )
+        ckpt.wait()
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m learner.sft", description=__doc__)
+    add_config_args(parser)
+    parser.add_argument("--data", required=True, help="SFT chats (JSONL, `messages` format)")
+    parser.add_argument("--out", required=True, help="output directory")
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    logging.basicConfig(
+        level=cfg.logging.level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    if not Path(args.data).is_file():
+        print(f"learner.sft: {args.data}: no such file", file=sys.stderr)
+        return 1
+    try:
+        root = train_sft(cfg, args.data, args.out)
+    except ValueError as e:
+        print(f"learner.sft: {e}", file=sys.stderr)
+        return 1
+    print(f"sft checkpoint: {root}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The embedded pipeline's parts: demos -> export -> SFT layout, the SFT trainer, the
+warm start, Wilson intervals, the summary and its plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learner.pipeline import summarize, table, wilson
+from shared.chat import ChatError, render_chat
+from shared.config import RunConfig, from_dict
+from shared.tokenizer import load_tokenizer
+from shared.wire import decode_groups
+from tests.conftest import REPO, start_server, stop_server
+
+
+def test_wilson_interval_matches_the_formula():
+    # Reference values of the 95% Wilson score interval.
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = wilson(300, 300)
+    assert hi == pytest.approx(1.0) and lo == pytest.approx(0.9874, abs=1e-4)
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_render_chat_refuses_a_malformed_chat():
+    tok = load_tokenizer()
+    limits = {"observation_tokens": 16, "max_context_tokens": 256}
+    with pytest.raises(ChatError, match="starts with"):
+        render_chat(tok, [{"role": "assistant", "content": "x"}], **limits)
+    chat = [{"role": "user", "content": "q"}, {"role": "tool", "content": "x"}]
+    with pytest.raises(ChatError, match="alternate"):
+        render_chat(tok, chat, **limits)
+    ids, mask = render_chat(tok, [{"role": "user", "content": "q"}], **limits)
+    assert len(ids) == len(mask) and not any(mask)
+
+
+@pytest.fixture(scope="module")
+def demos(web_url, tmp_path_factory):
+    """A noisy-oracle sidecar's groups (as the wire carries them) and its SFT export."""
+    run_dir = tmp_path_factory.mktemp("demos")
+    sets = {
+        "web.url": web_url, "rollout.policy": "noisy_oracle", "rollout.port": 0,
+        "rollout.group_size": 2, "rollout.max_concurrent_episodes": 8, "env.mode": "api",
+        "env.prompt": "compact", "rollout.buffer_max_groups": 64,
+        "rollout.task_types": '["qa"]', "rollout.task_templates": '["airport_city"]',
+        "inference.observation_tokens": 64, "inference.max_context_tokens": 512,
+    }  # fmt: skip
+    args = ["rollout.serve", "--run-dir", str(run_dir)]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    proc, url = start_server(args, "serving on")
+    try:
+        groups = []
+        while len(groups) < 16:
+            with urllib.request.urlopen(f"{url}/batch?groups=16&timeout=30", timeout=60) as r:
+                groups += decode_groups(r.read())
+        time.sleep(0.5)
+    finally:
+        stop_server(proc)
+    out = run_dir / "sft.jsonl"
+    cmd = [sys.executable, "-m", "rollout.sft_export", str(run_dir / "episodes")]
+    subprocess.run([*cmd, "--out", str(out), "--min-reward", "0"], check=True, cwd=REPO)
+    cfg = from_dict(_sections(sets))
+    return groups, out, cfg
+
+
+def _sections(sets: dict) -> dict:
+    keep = ("env.prompt", "inference.observation_tokens", "inference.max_context_tokens")
+    out: dict = {}
+    for k in keep:
+        section, key = k.split(".")
+        v = sets[k]
+        out.setdefault(section, {})[key] = int(v) if isinstance(v, int) else v
+    return out
+
+
+@pytest.mark.multiprocess
+def test_exported_demos_render_to_the_tokens_the_episodes_produced(demos):
+    groups, data, cfg = demos
+    tok = load_tokenizer()
+    on_wire = {}
+    for g in groups:
+        for t in g.trajectories:
+            on_wire[tuple(t.tokens.tolist())] = t.loss_mask.tolist()
+    chats = [json.loads(line)["messages"] for line in data.read_text().splitlines()]
+    assert len(chats) >= 8
+    matched = 0
+    for messages in chats:
+        ids, mask = render_chat(
+            tok,
+            messages,
+            observation_tokens=cfg.inference.observation_tokens,
+            max_context_tokens=cfg.inference.max_context_tokens,
+        )
+        if tuple(ids) in on_wire:
+            assert on_wire[tuple(ids)] == mask
+            matched += 1
+    # Every exported chat the learner pulled is the exact token sequence of its episode
+    # (the sidecar ran further episodes after the last batch: those are not on the wire).
+    assert matched >= min(len(chats), len(on_wire)) // 2 and matched >= 8
+
+
+@pytest.mark.multiprocess
+def test_sft_lowers_the_loss_and_warm_starts_grpo(demos, tmp_path):
+    from learner.checkpoint import Checkpointer
+    from learner.loop import Trainer
+    from learner.sft import train_sft
+
+    _, data, _ = demos
+    cfg = from_dict(
+        {
+            "env": {"prompt": "compact"},
+            "inference": {"observation_tokens": 64, "max_context_tokens": 512},
+            "learner": {"length_buckets": [512], "groups_per_step": 1},
+            "rollout": {"group_size": 2},
+            "sft": {"steps": 30, "batch_size": 8, "learning_rate": 3e-3, "warmup_steps": 3},
+        }
+    )
+    root = train_sft(cfg, data, tmp_path / "sft")
+    lines = [
+        json.loads(x) for x in (tmp_path / "sft" / "sft_metrics.jsonl").read_text().splitlines()
+    ]
+    assert [x["step"] for x in lines] == [10, 20, 30]
+    assert lines[-1]["loss"] < 0.6 * lines[0]["loss"]
+    with Checkpointer(root) as ckpt:
+        sft_params = ckpt.restore(with_opt_state=False).params
+    # GRPO from the warm start: step 0 holds exactly the SFT parameters.
+    grpo_cfg = from_dict(
+        {
+            "learner": {"init_checkpoint": str(root), "length_buckets": [512]},
+            "rollout": {"group_size": 2},
+        }
+    )
+    trainer = Trainer(grpo_cfg, tmp_path / "grpo")
+    try:
+        assert int(trainer.state.step) == 0
+        for k, v in sft_params.items():
+            np.testing.assert_array_equal(np.asarray(trainer.state.params[k]), np.asarray(v))
+    finally:
+        trainer.close()
+
+
+def test_summary_writes_json_table_and_plot(tmp_path):
+    cfg = RunConfig()
+    metrics = tmp_path / "metrics.jsonl"
+    with metrics.open("w") as fh:
+        for s in range(1, 21):
+            fh.write(json.dumps({"step": s, "reward": s / 40, "success": s / 40}) + "\n")
+        fh.write(json.dumps({"step": 20, "eval": {"success_rate": 0.5}}) + "\n")
+
+    def res(k, n=300):
+        return {"n": n, "success_rate": k / n, "mean_reward": k / n, "ci95": list(wilson(k, n))}
+
+    results = {
+        "before": res(90), "before_greedy": res(150), "after": res(160), "after_greedy": res(170)
+    }  # fmt: skip
+    s = summarize(cfg, tmp_path, results, 31.5)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == s
+    required = {
+        "mode", "n_test", "temperature", "sft_success", "sft_ci95", "grpo_success", "grpo_ci95",
+        "gain_points", "sft_greedy_success", "grpo_greedy_success", "wall_minutes",
+    }  # fmt: skip
+    assert required <= set(s)
+    assert s["gain_points"] == pytest.approx(100 * 70 / 300, abs=0.01)
+    assert s["cis_overlap"] is False and s["n_test"] == 300
+    text = table(s)
+    assert "0.300" in text and "0.533" in text and "do not overlap" in text
+    png = Path(tmp_path / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_sft_rows_are_shifted_and_weighted():
+    from learner.sft import make_batch
+
+    ids, mask = [1, 7, 8, 9, 2, 5, 6], [0, 0, 0, 1, 1, 0, 0]
+    a = make_batch([(ids, mask)], rows=2, t=8, pad=0, context_weight=0.25)
+    np.testing.assert_array_equal(a["tokens_bt"][0], [1, 7, 8, 9, 2, 5, 0, 0])
+    np.testing.assert_array_equal(a["targets_bt"][0], [7, 8, 9, 2, 5, 6, 0, 0])
+    np.testing.assert_array_equal(a["mask_bt"][0], [0, 0, 1, 1, 0, 0, 0, 0])
+    np.testing.assert_allclose(a["weight_bt"][0], [0.25, 0.25, 1, 1, 0.25, 0.25, 0, 0])
+    assert a["weight_bt"][1].sum() == 0 and a["attn_bt"][1].sum() == 0  # a padding row
