@@ -23,6 +23,7 @@ from flax import nnx
 
 from learner.batching import pack
 from learner.checkpoint import Checkpointer
+from learner.errors import CheckpointSaveError
 from learner.model import Model, get_params, set_params, tiny_config
 from learner.sharding import make_mesh, shard
 from learner.source import GroupSource
@@ -70,6 +71,7 @@ class Trainer:
         self.state = self._restore_or_init()
         self.version = int(self.state.step)
         self.evaluator = None  # (cfg, step) -> dev-split results, run after weight pushes
+        self.save_failed = False
         self.tensorboard = _tensorboard(self.run_dir)
 
     # -------------------------------------------------------------- state
@@ -79,7 +81,7 @@ class Trainer:
         if step is None:
             init = self.cfg.learner.init_checkpoint
             if init:  # a warm start: its parameters, a fresh optimiser and step 0
-                with Checkpointer(Path(init)) as src:
+                with Checkpointer(Path(init), read_only=True) as src:
                     r = src.restore(with_opt_state=False)
                 set_params(self.model, {k: np.asarray(v) for k, v in r.params.items()})
                 log.info("starting from %s (step %d)", init, r.step)
@@ -173,9 +175,18 @@ class Trainer:
                     self._tensorboard_write(step, record)
                 progress.update(record)
                 if step % self.cfg.checkpoint.every_steps == 0 or step == lc.steps:
-                    self.save(self.state, {"loss": m["loss"], "reward": packed.stats["reward"]})
+                    try:
+                        self.save(self.state, {"loss": m["loss"], "reward": packed.stats["reward"]})
+                        self.ckpt.wait()
+                    except Exception as e:  # a full or unwritable disk: stop, lose nothing
+                        self.save_failed = True
+                        last = self.ckpt.latest_step()
+                        raise CheckpointSaveError(
+                            f"saving the checkpoint of step {step} failed ({type(e).__name__}: "
+                            f"{e}); the last committed checkpoint, step {last}, is intact and "
+                            f"a restart resumes from it"
+                        ) from e
                     pending.append((step, list(self.consumed)))
-                    self.ckpt.wait()
                     self._publish(source, step)
                 if self._eval_due(step):
                     result = self.evaluator(self.cfg, step)
@@ -186,7 +197,8 @@ class Trainer:
         finally:
             progress.close()
             metrics_file.close()
-            self.ckpt.wait()
+            if not self.save_failed:
+                self.ckpt.wait()
         self._ack_committed(source, pending)
         source.flush_acks()
         return self.state
@@ -225,7 +237,11 @@ class Trainer:
             self.version = step
 
     def close(self) -> None:
-        self.ckpt.close()
+        try:
+            self.ckpt.close()
+        except Exception:
+            if not self.save_failed:
+                raise  # after a failed save, the save's error has been reported already
         if self.tensorboard is not None:
             self.tensorboard.close()
 

@@ -173,11 +173,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return dry_run(cfg)
     _raise_on_sigterm()
+    from learner.errors import CheckpointSaveError
+
     try:
         return train(cfg, args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except CheckpointSaveError as e:
+        print(f"learner.train: stopped: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
