@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from urllib.parse import urlsplit
+from urllib.parse import urldefrag, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, Request
@@ -118,16 +118,24 @@ class PlaywrightBackend:
             if isinstance(e, PlaywrightTimeout):
                 await self.recover()
                 raise ActionTimeout(f"{action.name} timed out: {_first_line(e)}") from None
+            await self._quiesce()
             raise ToolError(self._explain(action, e)) from None
         return self._decorate(obs, shot)
+
+    async def _quiesce(self) -> None:
+        """After a failed navigation (a redirect loop, a refused load) Chromium is still
+        committing its error page; let it finish, so that it cannot interrupt the next
+        action's navigation."""
+        with contextlib.suppress(PlaywrightError, asyncio.TimeoutError):
+            await asyncio.wait_for(self.page.wait_for_load_state("load", timeout=2000), 3)
 
     async def _do(self, action: Action) -> bytes | None:
         page = self.page
         match action:
             case Goto(url=url):
-                await page.goto(url, wait_until="load")
+                await self._goto(page, url)
             case Click(selector=sel):
-                await (await self._present(sel)).click()
+                await self._click(await self._present(sel))
             case Fill(selector=sel, value=value):
                 await (await self._present(sel)).fill(value)
             case Scroll(dx=dx, dy=dy):
@@ -145,6 +153,32 @@ class PlaywrightBackend:
             case _:
                 raise ToolError(f"{action.name} is not available in {self.mode} mode")
         return None
+
+    async def _goto(self, page: Page, url: str) -> None:
+        """``page.goto``, surviving the error page of an earlier failed load (a redirect
+        loop) committing over this navigation: wait for it, then navigate again."""
+        for attempt in range(3):
+            try:
+                await page.goto(url, wait_until="load")
+                return
+            except PlaywrightError as e:
+                if "interrupted by another navigation" not in str(e) or attempt == 2:
+                    raise
+            with contextlib.suppress(PlaywrightError):
+                await page.wait_for_load_state("load", timeout=2000)
+            if urldefrag(page.url).url == urldefrag(url).url:
+                return  # what interrupted it was this very navigation, now loaded
+
+    async def _click(self, target) -> None:
+        """Click; a link that opens a new tab (target=_blank) makes that tab current."""
+        if await target.evaluate("e => (e.closest('a[target]') || {}).target === '_blank'"):
+            async with self.page.context.expect_page(timeout=self.timeout_ms) as opened:
+                await target.click()
+            page = await opened.value
+            self._adopt(page)
+            await page.wait_for_load_state("load")
+        else:
+            await target.click()
 
     async def _present(self, selector: str):
         """The first element a selector matches, failing at once (not after the timeout)
@@ -254,7 +288,7 @@ class SomBackend(PlaywrightBackend):
                     absolute = await target.evaluate("e => e.href")
                     if not is_allowed(absolute, self.policy):
                         raise ToolError(f"[{n}] links to {absolute}, which is not an allowed site")
-                await target.click()
+                await self._click(target)
             case SomType(n=n, text=text):
                 target = await self._marked(n)
                 tag = await target.evaluate("e => e.tagName")

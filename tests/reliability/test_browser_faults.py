@@ -1,0 +1,196 @@
+"""Browser faults on real Chromium: each ends in an error observation (or infra_error) for
+its own episode only; a concurrent episode in the same browser is unaffected; no process
+is leaked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from rollout.env import browser_pool, make_env
+from shared.config import EnvConfig, RolloutConfig, SearchConfig
+from tests.rollout.test_browser_pool import group_pids
+
+pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.multiprocess]
+BIG = 50 << 20  # bytes of the big page
+
+
+@pytest_asyncio.fixture(scope="module")
+async def hostile():
+    """A loopback site of misbehaving pages (allowed by the tests' config)."""
+
+    def html(body: str) -> web.Response:
+        return web.Response(text=f"<html><body>{body}</body></html>", content_type="text/html")
+
+    async def loop(request):
+        return html("<p>spinning</p><script>while (true) {}</script>")
+
+    async def big(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/html"})
+        resp.content_length = BIG
+        await resp.prepare(request)
+        chunk = b"<p>" + b"x" * (1 << 20 - 8) + b"</p>\n"
+        sent = 0
+        while sent < BIG:
+            part = chunk[: BIG - sent]
+            await resp.write(part)
+            sent += len(part)
+        return resp
+
+    async def redirect_loop(request):
+        n = int(request.query.get("n", "0"))
+        raise web.HTTPFound(f"/redirect-loop?n={n + 1}")
+
+    async def popup(request):
+        return html("<p>opening</p><script>setTimeout(() => window.open('/landing'), 10)</script>")
+
+    async def tab(request):
+        return html('<a id="tab" href="/landing" target="_blank">open</a>')
+
+    async def landing(request):
+        return html("<p>landed here</p>")
+
+    async def download(request):
+        return web.Response(
+            body=b"\x00" * 4096,
+            headers={"Content-Disposition": 'attachment; filename="data.bin"'},
+            content_type="application/octet-stream",
+        )
+
+    app = web.Application()
+    for path, fn in [("/loop", loop), ("/big", big), ("/redirect-loop", redirect_loop),
+                     ("/popup", popup), ("/tab", tab), ("/landing", landing), ("/download", download)]:  # fmt: skip
+        app.router.add_get(path, fn)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+def config(hostile: str) -> EnvConfig:
+    return EnvConfig(allowed_hosts=(hostile.split("//")[1],), action_timeout_s=4.0, max_steps=50)
+
+
+def task(web_url: str) -> dict:
+    return {
+        "id": "test-qa-1", "question": "What is the capital of France?", "answer": "Paris",
+        "aliases": [], "type": "qa", "hops": 1, "start_url": web_url + "/",
+        "evidence": [{"url": f"{web_url}/geo/country/FR", "quote": "The capital of France is Paris."}],
+    }  # fmt: skip
+
+
+@pytest_asyncio.fixture(scope="module")
+async def pool(web_url, hostile):
+    rollout = RolloutConfig(browsers=1, contexts_per_browser=4)
+    async with browser_pool(web_url, config(hostile), rollout) as p:
+        yield p
+        groups = list(p.pids)
+    for g in groups:
+        assert group_pids(g) == []  # nothing of the browser is left
+
+
+async def _pair(pool, web_url, hostile, mode="playwright"):
+    """The episode that meets the fault, and a bystander in the same browser."""
+    envs, leases = [], []
+    for _ in range(2):
+        cm = pool.context()
+        lease = await cm.__aenter__()
+        env = make_env(mode, web_url, config(hostile), SearchConfig(), lease=lease)
+        await env.reset(task(web_url))
+        envs.append(env)
+        leases.append(cm)
+    return envs, leases
+
+
+async def _close(envs, leases):
+    for env, cm in zip(envs, leases, strict=True):
+        await env.close()
+        await cm.__aexit__(None, None, None)
+
+
+async def _bystander_ok(env, web_url) -> None:
+    r = await env.step(f'goto("{web_url}/geo/country/FR")')
+    assert "The capital of France is Paris." in r.text and "Error:" not in r.text, r.text[:300]
+
+
+async def _recovers(env, web_url) -> None:
+    """The faulted episode goes on: the next action works."""
+    r = await env.step(f'goto("{web_url}/geo/country/DE")')
+    assert not r.terminated and "Germany" in r.text and "Error:" not in r.text, r.text[:300]
+
+
+CASES = {
+    "infinite JavaScript loop": ("/loop", "timed out"),
+    "50 MB page": ("/big", ""),
+    "redirect loop": ("/redirect-loop", "redirect"),
+    "file download": ("/download", "download"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_a_hostile_page_ends_in_an_error_observation_for_its_episode_only(
+    pool, web_url, hostile, fault, name
+):
+    path, expected = CASES[name]
+    row = fault(name, "an error observation (or a truncated page) within the action timeout; "
+                "the episode goes on; another episode in the same browser is unaffected")  # fmt: skip
+    (victim, other), leases = await _pair(pool, web_url, hostile)
+    try:
+        t0 = time.monotonic()
+        hit, _ = await asyncio.gather(
+            victim.step(f'goto("{hostile}{path}")'), _bystander_ok(other, web_url)
+        )
+        took = time.monotonic() - t0
+        assert not hit.terminated, hit.info
+        assert took < 30, took
+        if expected:
+            assert "Error:" in hit.text and expected in hit.text.lower(), hit.text[:400]
+        await _recovers(victim, web_url)
+        await _bystander_ok(other, web_url)
+        lines = hit.text.splitlines()
+        shown = next((x for x in lines if x.startswith("Error:")), lines[0] if lines else "")
+        row["observed"] = f"{took:.1f} s: {shown[:160]}"
+    finally:
+        await _close([victim, other], leases)
+
+
+async def test_popups_and_target_blank_become_the_current_page(pool, web_url, hostile, fault):
+    row = fault("popup and target=_blank", "the new tab becomes the current page; no error")
+    (env, other), leases = await _pair(pool, web_url, hostile)
+    try:
+        await env.step(f'goto("{hostile}/popup")')  # window.open from a script
+        await asyncio.sleep(0.3)
+        r = await env.step('extract_text("body")')
+        assert "landed here" in r.text and "Error:" not in r.text, r.text[:300]
+        await env.step(f'goto("{hostile}/tab")')  # a target=_blank link clicked
+        r = await env.step('click("#tab")')
+        assert "landed here" in r.text and "Error:" not in r.text, r.text[:300]
+        await _bystander_ok(other, web_url)
+        row["observed"] = "the opened tab is current: " + r.text.splitlines()[-1][:80]
+    finally:
+        await _close([env, other], leases)
+
+
+async def test_a_renderer_crash_replaces_the_tab(pool, web_url, hostile, fault):
+    row = fault("renderer crash", "an error observation; a fresh tab; the episode goes on")
+    (env, other), leases = await _pair(pool, web_url, hostile)
+    try:
+        cdp = await env.backend.lease.context.new_cdp_session(env.backend.page)
+        with contextlib.suppress(Exception):  # the session dies with the renderer
+            await asyncio.wait_for(cdp.send("Page.crash"), 2)
+        r = await env.step(f'goto("{web_url}/geo/country/FR")')
+        if "Error:" in r.text:  # the crash is reported on the next action, then recovered
+            assert "crash" in r.text.lower(), r.text[:300]
+            r = await env.step(f'goto("{web_url}/geo/country/FR")')
+        assert "The capital of France is Paris." in r.text, r.text[:300]
+        await _bystander_ok(other, web_url)
+        row["observed"] = "reported and replaced; the next goto loads"
+    finally:
+        await _close([env, other], leases)
