@@ -22,18 +22,15 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rollout.env import browsers_for  # noqa: E402
-from rollout.eval import run_episode  # noqa: E402
-from rollout.procs import web_for  # noqa: E402
-from rollout.tasks.generate import generate  # noqa: E402
-from rollout.web.build import load  # noqa: E402
-from shared.config import EnvConfig, RolloutConfig, RunConfig  # noqa: E402
+from rollout.env import browsers_for
+from rollout.eval import run_episode
+from rollout.procs import web_for
+from rollout.tasks.generate import generate
+from rollout.web.build import load
+from shared.config import EnvConfig, RolloutConfig, RunConfig
 
 SAMPLE_S = 5.0
 
@@ -86,36 +83,38 @@ async def soak(args: argparse.Namespace) -> dict:
     stop_at = t0 + args.minutes * 60
     episodes, infra, steps, samples = 0, 0, [], []
     try:
-        async with browsers_for("som", web_url, cfg.env, cfg.rollout) as pool:
-            async with aiohttp.ClientSession() as session:
+        async with (
+            browsers_for("som", web_url, cfg.env, cfg.rollout) as pool,
+            aiohttp.ClientSession() as session,
+        ):
 
-                async def worker(k: int) -> None:
-                    nonlocal episodes, infra
-                    i = k
-                    while time.monotonic() < stop_at:
-                        task = tasks[i % len(tasks)]
-                        r = await run_episode(task, "som", web_url, cfg, pool, session, None, i)
-                        now = time.monotonic() - t0
-                        episodes += 1
-                        infra += r["status"] == "infra_error"
-                        steps.extend((now, ms) for ms in r["ms"])
-                        i += args.concurrency
+            async def worker(k: int) -> None:
+                nonlocal episodes, infra
+                i = k
+                while time.monotonic() < stop_at:
+                    task = tasks[i % len(tasks)]
+                    r = await run_episode(task, "som", web_url, cfg, pool, session, None, i)
+                    now = time.monotonic() - t0
+                    episodes += 1
+                    infra += r["status"] == "infra_error"
+                    steps.extend((now, ms) for ms in r["ms"])
+                    i += args.concurrency
 
-                async def sampler() -> None:
-                    while time.monotonic() < stop_at:
-                        groups.update(pool.pids)
-                        pids = [os.getpid()] + [p for g in groups for p in group_pids(g)]
-                        samples.append((time.monotonic() - t0, rss_bytes(pids)))
-                        print(
-                            f"soak: {time.monotonic() - t0:5.0f} s  {episodes} episodes  "
-                            f"{infra} infra errors  rss {samples[-1][1] / 2**20:.0f} MiB",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        await asyncio.sleep(SAMPLE_S)
+            async def sampler() -> None:
+                while time.monotonic() < stop_at:
+                    groups.update(pool.pids)
+                    pids = [os.getpid()] + [p for g in groups for p in group_pids(g)]
+                    samples.append((time.monotonic() - t0, rss_bytes(pids)))
+                    print(
+                        f"soak: {time.monotonic() - t0:5.0f} s  {episodes} episodes  "
+                        f"{infra} infra errors  rss {samples[-1][1] / 2**20:.0f} MiB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    await asyncio.sleep(SAMPLE_S)
 
-                await asyncio.gather(sampler(), *(worker(k) for k in range(args.concurrency)))
-                groups.update(pool.pids)
+            await asyncio.gather(sampler(), *(worker(k) for k in range(args.concurrency)))
+            groups.update(pool.pids)
     finally:
         if web is not None:
             await web.stop()
