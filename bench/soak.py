@@ -22,8 +22,12 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
+
+# The repository before bench/ on the path: bench/rollout.py must not shadow the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollout.env import browsers_for
 from rollout.eval import run_episode
