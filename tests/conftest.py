@@ -12,6 +12,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # ----------------------------------------------------------------------------- shared fixtures
 
+import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -67,6 +68,8 @@ def stop_server(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()  # its reader thread ends with the process
 
 
 @pytest.fixture(scope="session")
@@ -100,3 +103,53 @@ async def browser():
         b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         await b.close()
+
+
+# ----------------------------------------------------------------------------- the fault table
+# Every fault-injection case (marker ``reliability``) records (fault, expected, observed,
+# passed); at the end of the session the rows go to ``$RELIABILITY_OUT`` (default
+# ``runs/reliability``) as ``fault_table.md`` and ``fault_table.json``.
+
+ROWS: list[dict] = []
+
+
+@pytest.fixture
+def fault(request):
+    """``fault(name, expected)`` starts a row; assign ``row["observed"]`` as the test goes."""
+    rows: list[dict] = []
+
+    def start(name: str, expected: str) -> dict:
+        row = {"fault": name, "expected": expected, "observed": "", "test": request.node.name}
+        rows.append(row)
+        return row
+
+    yield start
+    report = getattr(request.node, "rep_call", None)
+    passed = bool(report and report.passed)
+    for row in rows:
+        ROWS.append({**row, "passed": passed})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    if rep.when == "call":
+        item.rep_call = rep
+    return rep
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not ROWS:
+        return
+    out = Path(os.environ.get("RELIABILITY_OUT", REPO / "runs" / "reliability"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fault_table.json").write_text(json.dumps(ROWS, indent=2) + "\n")
+    lines = ["| fault | expected | observed | |", "| --- | --- | --- | --- |"]
+    for r in ROWS:
+        observed = r["observed"] or "-"
+        observed = observed if len(observed) <= 240 else observed[:237] + "..."
+        cells = [r["fault"], r["expected"], observed, "ok" if r["passed"] else "FAIL"]
+        lines.append(
+            "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+        )
+    (out / "fault_table.md").write_text("\n".join(lines) + "\n")

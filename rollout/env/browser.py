@@ -70,6 +70,9 @@ class PlaywrightBackend:
         return await self.act(Goto(start_url))
 
     def _watch(self, page: Page) -> None:
+        if getattr(page, "_harness_watched", False):  # the context's "page" event and
+            return  # start() can both see the first page: handlers once, dialogs once
+        page._harness_watched = True
         page.set_default_timeout(self.timeout_ms)
         page.on("dialog", self._dialog)
         page.on("request", self._count_up)

@@ -87,7 +87,12 @@ def _final(run: Path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
+@pytest.mark.reliability
+def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
+    row = fault(
+        "the learner killed with SIGKILL and resumed",
+        "the resumed run ends with the parameters of an uninterrupted one; every group trained on exactly once",
+    )
     data = [g for seed in range(4) for g in make_groups(seed, n=4, g=G)]  # 16 >= 6 x 2 groups
     # the same batches for both runs: every group has reward variance, none is dropped
     one = FixedSidecar(data)
@@ -117,3 +122,4 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path):
     assert [w["version"] for w in one.weights] == [2, 4, 6]
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["step"] for r in lines][-1] == STEPS
+    row["observed"] = "identical parameters and data cursor; every group acknowledged"

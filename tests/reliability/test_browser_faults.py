@@ -52,6 +52,9 @@ async def hostile():
     async def tab(request):
         return html('<a id="tab" href="/landing" target="_blank">open</a>')
 
+    async def dialogs(request):
+        return html("<p>asking</p><script>confirm('sure?'); prompt('your name?', 'x')</script>")
+
     async def landing(request):
         return html("<p>landed here</p>")
 
@@ -64,7 +67,7 @@ async def hostile():
 
     app = web.Application()
     for path, fn in [("/loop", loop), ("/big", big), ("/redirect-loop", redirect_loop),
-                     ("/popup", popup), ("/tab", tab), ("/landing", landing), ("/download", download)]:  # fmt: skip
+                     ("/popup", popup), ("/tab", tab), ("/dialogs", dialogs), ("/landing", landing), ("/download", download)]:  # fmt: skip
         app.router.add_get(path, fn)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
@@ -131,6 +134,7 @@ CASES = {
     "50 MB page": ("/big", ""),
     "redirect loop": ("/redirect-loop", "redirect"),
     "file download": ("/download", "download"),
+    "confirm and prompt dialogs": ("/dialogs", "dialog was dismissed: confirm: sure?"),
 }
 
 
@@ -152,6 +156,8 @@ async def test_a_hostile_page_ends_in_an_error_observation_for_its_episode_only(
         assert took < 30, took
         if expected:
             assert "Error:" in hit.text and expected in hit.text.lower(), hit.text[:400]
+        if path == "/dialogs":  # both reported, each once
+            assert "prompt: your name?" in hit.text and hit.text.count("confirm: sure?") == 1
         await _recovers(victim, web_url)
         await _bystander_ok(other, web_url)
         lines = hit.text.splitlines()

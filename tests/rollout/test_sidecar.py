@@ -61,7 +61,9 @@ async def test_batches_decode_and_are_well_formed(sidecar):
         assert len({tuple(sorted(t.reward_parts)) for t in g.trajectories}) == 1
 
 
-async def test_the_bearer_token_is_required_everywhere(sidecar):
+@pytest.mark.reliability
+async def test_the_bearer_token_is_required_everywhere(sidecar, fault):
+    row = fault("sidecar requests without or with a wrong bearer token", "401 on every endpoint")
     url, _ = sidecar
     async with aiohttp.ClientSession() as s:
         for method, path in [
@@ -74,9 +76,15 @@ async def test_the_bearer_token_is_required_everywhere(sidecar):
                 assert r.status == 401, path
         async with s.get(url + "/health", headers={"Authorization": "Bearer wrong"}) as r:
             assert r.status == 401
+    row["observed"] = "401 on /batch, /metrics, /, /weights, /health"
 
 
-async def test_oversized_and_malformed_requests_are_refused(sidecar):
+@pytest.mark.reliability
+async def test_oversized_and_malformed_requests_are_refused(sidecar, fault):
+    row = fault(
+        "oversized body, malformed JSON, path traversal on /weights; an absurd batch size",
+        "413, 400, 400 (must lie under the checkpoint root), 400; the sidecar serves on",
+    )
     url, _run_dir = sidecar
     async with aiohttp.ClientSession(headers=AUTH) as s:
         async with s.post(f"{url}/weights", data=b"x" * 4096) as r:
@@ -96,6 +104,7 @@ async def test_oversized_and_malformed_requests_are_refused(sidecar):
                  "rollout_live_browsers", "rollout_episodes_per_second"]:  # fmt: skip
         assert name in text
     assert "rollout_policy_version 4" in text
+    row["observed"] = "413 / 400 / 400 / 400, then a valid /weights is accepted"
 
 
 @pytest.mark.browser
@@ -139,7 +148,14 @@ async def _pull(url: str, received: list[str], acks: list[str], timeout: float =
 
 
 @pytest.mark.slow
-async def test_sigkill_and_restart_serve_every_finished_group_exactly_once(web_url, tmp_path):
+@pytest.mark.reliability
+async def test_sigkill_and_restart_serve_every_finished_group_exactly_once(
+    web_url, tmp_path, fault
+):
+    row = fault(
+        "the sidecar killed with SIGKILL and restarted",
+        "every finished group served exactly once across the restart; nothing acknowledged is lost",
+    )
     args = sidecar_args(web_url, tmp_path)
     log = (tmp_path / "sidecar.log").open("a")
     proc, url = start_server(args, "serving on", log=log)
@@ -152,6 +168,7 @@ async def test_sigkill_and_restart_serve_every_finished_group_exactly_once(web_u
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
     before_kill = _logged_groups(tmp_path)
     assert len(before_kill) > len(received)
     proc, url = start_server(args, "serving on", log=log)
@@ -162,4 +179,6 @@ async def test_sigkill_and_restart_serve_every_finished_group_exactly_once(web_u
             acks = await _pull(url, received, acks, timeout=10)
     finally:
         stop_server(proc)
+        log.close()
     assert len(received) == len(set(received)), "a group was served twice"
+    row["observed"] = "every group received once, none lost"

@@ -122,7 +122,12 @@ def _metric(text: str, name: str) -> float:
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
-async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path):
+@pytest.mark.reliability
+async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path, fault):
+    row = fault(
+        "the inference server killed and restarted mid-episode",
+        "the episodes it cut end as infra_error and are rerun; the run goes on",
+    )
     import os
     import signal
 
@@ -160,3 +165,4 @@ async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path
     finally:
         stop_server(sidecar)
         stop_server(serve)
+    row["observed"] = "reruns succeeded after the restart"

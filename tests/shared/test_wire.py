@@ -362,7 +362,9 @@ def _only_wire_errors(buf) -> None:
             assert t.tokens.shape == t.loss_mask.shape == t.logprobs.shape == t.versions.shape
 
 
-def test_10000_random_byte_strings_raise_only_wire_errors():
+@pytest.mark.reliability
+def test_10000_random_byte_strings_raise_only_wire_errors(fault):
+    row = fault("10,000 random byte strings to the msgpack decoder", "WireError only")
     rng = random.Random(1234)
     prefix = encode_group(make_group())[:6]
     for i in range(10_000):
@@ -371,9 +373,12 @@ def test_10000_random_byte_strings_raise_only_wire_errors():
         if i % 2:  # half start with a plausible frame so they reach deeper checks
             body = prefix[:2] + struct.pack(">I", rng.randrange(0, n + 8)) + body
         _only_wire_errors(body)
+    row["observed"] = "WireError or a valid decode, never another exception"
 
 
-def test_10000_mutated_and_truncated_messages_raise_only_wire_errors():
+@pytest.mark.reliability
+def test_10000_mutated_and_truncated_messages_raise_only_wire_errors(fault):
+    row = fault("10,000 mutated and truncated messages to the msgpack decoder", "WireError only")
     rng = random.Random(99)
     base = [
         encode_group(make_group(G=3, T=12)),
@@ -399,6 +404,7 @@ def test_10000_mutated_and_truncated_messages_raise_only_wire_errors():
             for _ in range(rng.randint(1, 4)):
                 msg[rng.randrange(len(msg))] ^= 1 << rng.randrange(8)
         _only_wire_errors(bytes(msg))
+    row["observed"] = "only WireError"
 
 
 def _random_value(rng: random.Random, depth: int = 0):
@@ -434,7 +440,9 @@ def _leaves(obj, path=()):
     yield path
 
 
-def test_10000_structurally_mutated_headers_raise_only_wire_errors():
+@pytest.mark.reliability
+def test_10000_structurally_mutated_headers_raise_only_wire_errors(fault):
+    row = fault("10,000 structurally mutated headers", "WireError only")
     rng = random.Random(7)
     header, data = split(encode_group(make_group(G=3, T=12)))
     paths = list(_leaves(header))
@@ -456,6 +464,7 @@ def test_10000_structurally_mutated_headers_raise_only_wire_errors():
         except (TypeError, ValueError, OverflowError):
             continue  # not representable in msgpack
         _only_wire_errors(msg)
+    row["observed"] = "only WireError"
 
 
 def test_unknown_fields_and_extension_types_are_refused():

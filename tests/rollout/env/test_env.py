@@ -153,7 +153,14 @@ async def test_pagination_by_click_in_both_browser_modes(pool, web_url):
         await close(env, cm)
 
 
-async def test_agent_errors_become_observations_and_the_episode_goes_on(pool, web_url, trouble):
+@pytest.mark.reliability
+async def test_agent_errors_become_observations_and_the_episode_goes_on(
+    pool, web_url, trouble, fault
+):
+    row = fault(
+        "page that never responds; an alert dialog; a redirect from an allowed to a disallowed host; file: URLs",
+        "error observations (timed out / dialog dismissed / refused / not allowed); the episode goes on and its answer is scored",
+    )
     env, cm = await browser_env(pool, "playwright", web_url, cfg=config(trouble))
     try:
         cases = [
@@ -183,9 +190,16 @@ async def test_agent_errors_become_observations_and_the_episode_goes_on(pool, we
         ]
     finally:
         await close(env, cm)
+    row["observed"] = (
+        "timeout, dismissed dialog, refused redirect, refused file: as error observations; answer scored"
+    )
 
 
-async def test_som_marks_elements_and_acts_by_number(pool, web_url, trouble):
+@pytest.mark.reliability
+async def test_som_marks_elements_and_acts_by_number(pool, web_url, trouble, fault):
+    row = fault(
+        "javascript: and file: links clicked in som mode", "refused with an error observation"
+    )
     env, cm = await browser_env(pool, "som", web_url, cfg=config(trouble))
     try:
         first = env.user_prompt()
@@ -204,9 +218,15 @@ async def test_som_marks_elements_and_acts_by_number(pool, web_url, trouble):
             assert "not an allowed site" in refused.text
     finally:
         await close(env, cm)
+    row["observed"] = "both clicks refused: not an allowed site"
 
 
-async def test_a_killed_browser_ends_only_its_episodes_as_infra_error(web_url):
+@pytest.mark.reliability
+async def test_a_killed_browser_ends_only_its_episodes_as_infra_error(web_url, fault):
+    row = fault(
+        "the browser process killed (SIGKILL)",
+        "its episode ends as infra_error; an episode in another browser goes on",
+    )
     rollout = RolloutConfig(browsers=2, contexts_per_browser=1)
     async with browser_pool(web_url, config(), rollout) as p:
         (a, ca), (b, cb) = await asyncio.gather(
@@ -227,6 +247,7 @@ async def test_a_killed_browser_ends_only_its_episodes_as_infra_error(web_url):
         finally:
             await close(a, ca)
             await close(b, cb)
+    row["observed"] = "infra_error for the victim; the bystander loaded its page"
 
 
 async def test_budget_truncates_and_answers_terminate(web_url):
