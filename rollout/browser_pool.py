@@ -59,6 +59,9 @@ class PoolConfig:
     launch_timeout_s: float = 30.0
     health_interval_s: float = 2.0
     health_timeout_s: float = 5.0
+    # Consecutive unanswered checks before a live browser counts as hung: on a starved
+    # machine one slow answer is not a hang (a process that exits is lost at once).
+    health_failures: int = 3
     close_timeout_s: float = 5.0
 
 
@@ -72,6 +75,7 @@ class _Browser:
     served: int = 0
     draining: bool = False
     lost: bool = False
+    failed_checks: int = 0
     leases: set[Lease] = field(default_factory=set)
 
     @property
@@ -277,8 +281,12 @@ class BrowserPool:
                     continue
                 if b.proc.returncode is not None or not b.browser.is_connected():
                     await self._lose(b, "process exited")
-                elif not await self._answers(b) and b in self._browsers:
-                    await self._lose(b, "no answer to a health check")
+                elif await self._answers(b):
+                    b.failed_checks = 0
+                elif b in self._browsers:
+                    b.failed_checks += 1
+                    if b.failed_checks >= self.config.health_failures:
+                        await self._lose(b, f"no answer to {b.failed_checks} health checks")
             await self._top_up()
 
     async def _answers(self, b: _Browser) -> bool:

@@ -28,6 +28,7 @@ import aiohttp
 
 from rollout.browser_pool import BrowserLost
 from rollout.env import browsers_for, make_env
+from rollout.env.core import InfraError
 from rollout.policies import OraclePolicy
 from rollout.procs import web_for
 from shared.config import RunConfig, add_config_args, config_from_args
@@ -59,7 +60,7 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 return {"reward": r.reward, "steps": len(times), "status": status, "ms": times}
             finally:
                 await env.close()
-    except BrowserLost as e:
+    except (BrowserLost, InfraError) as e:  # the browser died under this episode
         return {"reward": 0.0, "steps": 0, "status": "infra_error", "ms": [], "error": str(e)}
 
 

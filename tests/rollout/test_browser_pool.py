@@ -86,6 +86,19 @@ async def test_a_hung_browser_is_killed_and_replaced():
             await page.set_content("<b>ok</b>")
 
 
+async def test_a_browser_slow_to_answer_once_is_not_killed():
+    # A starved machine: one health check goes unanswered, the next ones are answered.
+    config = PoolConfig(browsers=1, contexts_per_browser=2, **FAST)
+    async with BrowserPool(config) as pool, pool.context() as lease:
+        os.killpg(lease.pid, signal.SIGSTOP)
+        await asyncio.sleep(2.5)  # at most two checks time out (3 are needed)
+        os.killpg(lease.pid, signal.SIGCONT)
+        await asyncio.sleep(3.0)
+        assert not lease.browser_lost and pool.stats["lost"] == 0
+        page = await lease.context.new_page()
+        await page.set_content("<b>ok</b>")
+
+
 async def test_browsers_are_recycled_after_k_contexts():
     async with BrowserPool(
         PoolConfig(browsers=1, contexts_per_browser=1, recycle_after=3, **FAST)

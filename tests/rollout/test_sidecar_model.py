@@ -150,6 +150,7 @@ async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path
             assert await pull()
             os.kill(serve.pid, signal.SIGKILL)  # mid-run: episodes are generating
             serve.wait()
+            serve.stdout.close()
             time.sleep(2.0)
             serve, _ = start_server(cmd, "serving on")
             got = []
