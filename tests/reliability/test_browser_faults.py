@@ -14,6 +14,7 @@ from aiohttp import web
 
 from rollout.env import browser_pool, make_env
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
+from tests.reliability.test_bad_input import task
 from tests.rollout.test_browser_pool import group_pids
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.multiprocess]
@@ -79,14 +80,6 @@ async def hostile():
 
 def config(hostile: str) -> EnvConfig:
     return EnvConfig(allowed_hosts=(hostile.split("//")[1],), action_timeout_s=4.0, max_steps=50)
-
-
-def task(web_url: str) -> dict:
-    return {
-        "id": "test-qa-1", "question": "What is the capital of France?", "answer": "Paris",
-        "aliases": [], "type": "qa", "hops": 1, "start_url": web_url + "/",
-        "evidence": [{"url": f"{web_url}/geo/country/FR", "quote": "The capital of France is Paris."}],
-    }  # fmt: skip
 
 
 @pytest_asyncio.fixture(scope="module")
