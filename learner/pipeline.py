@@ -112,7 +112,32 @@ def warm_start(
     return root
 
 
-# ----------------------------------------------------------------------------- test evaluation
+# ----------------------------------------------------------------------------- evaluation
+
+
+def run_eval(
+    cfg_args: list[str],
+    mode: str,
+    split: str,
+    n: int,
+    web: str,
+    inference: list[str],
+    out_dir: Path,
+    sets: tuple[str, ...] | list[str] = (),
+) -> dict:
+    """``python -m rollout.eval --policy server`` in a child process (the same harness and
+    sampling as training, against the running inference servers); its final JSON line."""
+    urls = "[" + ",".join(f'"{u}"' for u in inference) + "]"
+    cmd = [
+        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", mode,
+        "--policy", "server", "--split", split, "--n", str(n),
+        "--set", f"web.url={web}", "--set", f"inference.urls={urls}",
+        *(a for s in sets for a in ("--set", s)), "--out", str(out_dir),
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{split}-split evaluation failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def evaluate_test(
@@ -130,18 +155,11 @@ def evaluate_test(
     result_file = out_dir / "result.json"
     if result_file.is_file():
         return json.loads(result_file.read_text())
-    urls = "[" + ",".join(f'"{u}"' for u in inference) + "]"
-    cmd = [
-        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", cfg.env.mode,
-        "--policy", "server", "--split", "test", "--n", str(cfg.learner.test_tasks),
-        "--set", f"web.url={web}", "--set", f"inference.urls={urls}",
-        "--set", f"inference.temperature={temperature}", "--out", str(out_dir),
-    ]  # fmt: skip
     t0 = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise RuntimeError(f"test evaluation failed: {out.stderr[-2000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_eval(
+        cfg_args, cfg.env.mode, "test", cfg.learner.test_tasks, web, inference, out_dir,
+        [f"inference.temperature={temperature}"],
+    )  # fmt: skip
     n = int(result["n"])
     k = round(float(result["success_rate"]) * n)
     result.update(temperature=temperature, successes=k, ci95=list(wilson(k, n)))

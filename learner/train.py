@@ -51,20 +51,12 @@ class DevEvaluator:
         self.web, self.inference, self.run_dir = web, inference, run_dir
 
     def __call__(self, cfg: RunConfig, step: int) -> dict:
-        import json
-        import subprocess
+        from learner.pipeline import run_eval
 
-        urls = "[" + ",".join(f'"{u}"' for u in self.inference) + "]"
-        cmd = [
-            sys.executable, "-m", "rollout.eval", *self.cfg_args, "--mode", cfg.env.mode,
-            "--policy", "server", "--split", "dev", "--n", str(cfg.learner.eval_tasks),
-            "--set", f"web.url={self.web}", "--set", f"inference.urls={urls}",
-            "--out", str(self.run_dir / "eval" / str(step)),
-        ]  # fmt: skip
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-        if out.returncode != 0:
-            raise RuntimeError(f"dev evaluation failed: {out.stderr[-1000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_eval(
+            self.cfg_args, cfg.env.mode, "dev", cfg.learner.eval_tasks, self.web,
+            self.inference, self.run_dir / "eval" / str(step),
+        )  # fmt: skip
 
 
 def train(cfg: RunConfig, args: argparse.Namespace) -> int:
