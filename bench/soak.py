@@ -31,27 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollout.env import browsers_for
 from rollout.eval import run_episode
-from rollout.procs import web_for
+from rollout.procs import group_pids, web_for
 from rollout.tasks.generate import generate
 from rollout.web.build import load
 from shared.config import EnvConfig, RolloutConfig, RunConfig
 
 SAMPLE_S = 5.0
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live processes (zombies excluded) of a process group."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(d))
-    return out
 
 
 def rss_bytes(pids: list[int]) -> int:

@@ -76,3 +76,20 @@ async def web_for(cache_dir: str, url: str | None) -> tuple[str, Child | None]:
         ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cache_dir}"], "web"
     )
     return child.url, child
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes (zombies excluded) of a process group: what a stopped child or a
+    closed browser pool must leave empty."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d))
+    return out

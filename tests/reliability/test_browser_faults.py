@@ -13,9 +13,9 @@ import pytest_asyncio
 from aiohttp import web
 
 from rollout.env import browser_pool, make_env
+from rollout.procs import group_pids
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.reliability.test_bad_input import task
-from tests.rollout.test_browser_pool import group_pids
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.multiprocess]
 BIG = 50 << 20  # bytes of the big page

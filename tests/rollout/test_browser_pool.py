@@ -7,26 +7,11 @@ import signal
 import pytest
 
 from rollout.browser_pool import BrowserLost, BrowserPool, PoolConfig
+from rollout.procs import group_pids
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
 
 FAST = dict(health_interval_s=0.3, health_timeout_s=1.5, launch_timeout_s=20.0)
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live processes in a process group (zombies excluded)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(d))
-    return out
 
 
 async def until(cond, timeout=15.0):

@@ -11,8 +11,8 @@ import pytest_asyncio
 from aiohttp import web
 
 from rollout.env import browser_pool, make_env
+from rollout.procs import group_pids
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
-from tests.rollout.test_browser_pool import group_pids
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
 
