@@ -255,8 +255,8 @@ def plot(run_dir: Path, summary: dict) -> Path:
     vals = [summary["sft_success"], summary["grpo_success"]]
     cis = [summary["sft_ci95"], summary["grpo_ci95"]]
     err = [
-        [v - c[0] for v, c in zip(vals, cis, strict=True)],
-        [c[1] - v for v, c in zip(vals, cis, strict=True)],
+        [max(0.0, v - c[0]) for v, c in zip(vals, cis, strict=True)],  # rounding at 0 and 1
+        [max(0.0, c[1] - v) for v, c in zip(vals, cis, strict=True)],
     ]
     bx.bar(names, vals, yerr=err, capsize=6, color=["#999999", "#3b7dd8"])
     bx.set_ylim(0, 1)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learner.pipeline import summarize, table, wilson
+from learner.pipeline import plot, summarize, table, wilson
 from shared.chat import ChatError, render_chat
 from shared.config import RunConfig, from_dict
 from shared.tokenizer import load_tokenizer
@@ -190,3 +190,14 @@ def test_sft_rows_are_shifted_and_weighted():
     np.testing.assert_array_equal(a["mask_bt"][0], [0, 0, 1, 1, 0, 0, 0, 0])
     np.testing.assert_allclose(a["weight_bt"][0], [0.25, 0.25, 1, 1, 0.25, 0.25, 0, 0])
     assert a["weight_bt"][1].sum() == 0 and a["attn_bt"][1].sum() == 0  # a padding row
+
+
+def test_plot_draws_error_bars_at_zero_and_full_success(tmp_path):
+    # Wilson's lower bound at 0 successes is a rounding error above 0 (3e-18): the bar's
+    # error must not come out negative, which matplotlib refuses.
+    summary = {
+        "mode": "api", "temperature": 1.0, "n_test": 100, "sft_success": 0.0,
+        "sft_ci95": list(wilson(0, 100)), "grpo_success": 1.0, "grpo_ci95": list(wilson(100, 100)),
+    }  # fmt: skip
+    png = plot(tmp_path, summary).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
