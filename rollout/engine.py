@@ -158,14 +158,15 @@ class RolloutEngine:
                 return _infra_trajectory(task, group_id, i)
 
     def _scripted(self, task: dict, i: int):
-        policy = self.cfg.rollout.policy
+        policy, shortcut = self.cfg.rollout.policy, self.cfg.rollout.oracle_shortcut
         if policy == "oracle":
-            return OraclePolicy(task, self.cfg.env.mode, self.web_url).next
+            return OraclePolicy(task, self.cfg.env.mode, self.web_url, shortcut=shortcut).next
         if policy == "noisy_oracle":
             seed = self.rng.randrange(2**31)
             return NoisyOraclePolicy(
-                task, self.cfg.env.mode, self.web_url, p=self.cfg.rollout.oracle_noise, seed=seed
-            ).next
+                task, self.cfg.env.mode, self.web_url, p=self.cfg.rollout.oracle_noise, seed=seed,
+                shortcut=shortcut,
+            ).next  # fmt: skip
         return None
 
     def _remember(self, task: dict, env, traj: Trajectory) -> None:

@@ -130,6 +130,11 @@ class RolloutConfig:
     oracle_noise: float = option(
         0.35, "Probability that each decision of the noisy_oracle policy is a mistake.", ge=0, le=1
     )
+    oracle_shortcut: bool = option(
+        False,
+        "The scripted oracles answer as soon as the evidence and the answer are in what they "
+        "have read (a search snippet often has them), instead of walking the whole gold path.",
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."

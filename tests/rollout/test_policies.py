@@ -1,0 +1,53 @@
+"""The scripted policies' decisions, observation by observation (no web needed)."""
+
+from rollout.policies import NoisyOraclePolicy, OraclePolicy
+
+TASK = {
+    "type": "qa",
+    "answer": "Africa/Kigali",
+    "gold_path": [
+        {"action": "search", "args": {"query": "Butare Rwanda city"}},
+        {"action": "visit", "args": {"url": "http://w/geo/city/1"}},
+    ],
+    "evidence": [
+        {"url": "http://w/geo/city/1", "quote": "Butare is in the Africa/Kigali time zone."}
+    ],
+}
+RESULTS = (
+    'Search results for "Butare Rwanda city":\n1. Butare, Rwanda - city\n   http://w/geo/city/1\n'
+    "   Butare is in the Africa/Kigali time zone.\n2. Kigali, Rwanda - city\n   http://w/geo/city/2\n"
+    "   Kigali is in the Africa/Kigali time zone. Kigali is the capital of Rwanda."
+)
+PAGE = "URL: http://w/geo/city/1\n# Butare\nButare is in the Africa/Kigali time zone."
+
+
+def test_oracle_walks_the_whole_gold_path_by_default():
+    p = OraclePolicy(TASK, "api", "http://w")
+    assert p.next("start") == "<search> Butare Rwanda city</search>"
+    assert p.next(RESULTS) == "<visit> http://w/geo/city/1</visit>"
+    assert p.next(PAGE) == "<answer> Africa/Kigali</answer>"
+
+
+def test_shortcut_answers_once_the_evidence_is_in_view_and_not_before():
+    p = OraclePolicy(TASK, "api", "http://w", shortcut=True)
+    assert p.next("start") == "<search> Butare Rwanda city</search>"
+    assert p.next(RESULTS) == "<answer> Africa/Kigali</answer>" and p.answering
+    q = OraclePolicy(TASK, "api", "http://w", shortcut=True)
+    q.next("start")
+    snippet_without_evidence = RESULTS.replace("Butare is in the", "Butare lies in the")
+    assert q.next(snippet_without_evidence) == "<visit> http://w/geo/city/1</visit>"
+    assert not q.answering
+    assert q.next(PAGE) == "<answer> Africa/Kigali</answer>"
+
+
+def test_noisy_shortcut_oracle_still_makes_mistakes():
+    # p=1: every decision is a mistake: it opens the other result, then answers with
+    # another name it read; the shortcut does not bypass the noise.
+    p = NoisyOraclePolicy(TASK, "api", "http://w", p=1.0, seed=0, shortcut=True)
+    p.next("start")
+    assert p.next(RESULTS) == "<visit> http://w/geo/city/2</visit>"
+    text = p.next(PAGE.replace("/1", "/2").replace("Butare", "Kigali"))
+    assert text.startswith("<answer>") and "Africa/Kigali" not in text
+    clean = NoisyOraclePolicy(TASK, "api", "http://w", p=0.0, seed=0, shortcut=True)
+    clean.next("start")
+    assert clean.next(RESULTS) == "<answer> Africa/Kigali</answer>"
