@@ -45,7 +45,7 @@ from learner.api import ApiError, build_response, parse_generate
 from learner.engine import Engine, Request, SamplingParams
 from learner.loading import Source, load_weights_into, open_source
 from learner.scheduler import Scheduler
-from shared.config import RunConfig, add_config_args, config_from_args
+from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
 from shared.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("learner.serve")
@@ -291,12 +291,7 @@ async def serve(args: argparse.Namespace, config: RunConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args, config = parse_args(argv)
-    logging.basicConfig(
-        level=config.logging.level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    logging.getLogger("absl").setLevel(logging.ERROR)  # Orbax's notes on read-only opens
+    setup_logging(config)
     try:
         asyncio.run(serve(args, config))
     except (FileNotFoundError, ValueError) as e:  # a bad --init/--hf/--checkpoint

@@ -33,7 +33,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from shared.chat import ChatError, render_chat
-from shared.config import RunConfig, add_config_args, config_from_args
+from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
 from shared.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("learner.sft")
@@ -206,12 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    logging.basicConfig(
-        level=cfg.logging.level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    setup_logging(cfg)
     if not Path(args.data).is_file():
         print(f"learner.sft: {args.data}: no such file", file=sys.stderr)
         return 1

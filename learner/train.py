@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from shared.config import RunConfig, add_config_args, config_from_args
+from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.toml"
 
@@ -154,12 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
-    logging.basicConfig(
-        level=cfg.logging.level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    setup_logging(cfg)
     if args.dry_run:
         from learner.dryrun import main as dry_run
 

@@ -541,6 +541,20 @@ def add_config_args(
     return parser
 
 
+def setup_logging(config: RunConfig) -> None:
+    """The entry points' logging: stderr at ``logging.level``; absl (Orbax's notes on
+    read-only opens) only at ERROR."""
+    import logging
+    import sys
+
+    logging.basicConfig(
+        level=config.logging.level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("absl").setLevel(logging.ERROR)
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The config named by parsed ``add_config_args`` flags; exits with the message on error."""
     try:
