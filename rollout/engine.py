@@ -158,15 +158,15 @@ class RolloutEngine:
                 return _infra_trajectory(task, group_id, i)
 
     def _scripted(self, task: dict, i: int):
-        policy, shortcut = self.cfg.rollout.policy, self.cfg.rollout.oracle_shortcut
-        if policy == "oracle":
-            return OraclePolicy(task, self.cfg.env.mode, self.web_url, shortcut=shortcut).next
-        if policy == "noisy_oracle":
+        r = self.cfg.rollout
+        how = {"shortcut": r.oracle_shortcut, "query": r.oracle_query}
+        if r.policy == "oracle":
+            return OraclePolicy(task, self.cfg.env.mode, self.web_url, **how).next
+        if r.policy == "noisy_oracle":
             seed = self.rng.randrange(2**31)
             return NoisyOraclePolicy(
-                task, self.cfg.env.mode, self.web_url, p=self.cfg.rollout.oracle_noise, seed=seed,
-                shortcut=shortcut,
-            ).next  # fmt: skip
+                task, self.cfg.env.mode, self.web_url, p=r.oracle_noise, seed=seed, **how
+            ).next
         return None
 
     def _remember(self, task: dict, env, traj: Trajectory) -> None:

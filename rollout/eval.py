@@ -48,7 +48,10 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 return await _model_episode(env, task, cfg, session)
             try:
                 await env.reset(task)
-                policy = OraclePolicy(task, mode, web_url, shortcut=cfg.rollout.oracle_shortcut)
+                policy = OraclePolicy(
+                    task, mode, web_url,
+                    shortcut=cfg.rollout.oracle_shortcut, query=cfg.rollout.oracle_query,
+                )  # fmt: skip
                 text, times = env.user_prompt(), []
                 while True:
                     r = await env.step(policy.next(text))

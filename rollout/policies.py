@@ -6,7 +6,9 @@ answer in its own observations, and gives up (answers "unknown") when they are
 not there. Its success therefore shows that the observations carry the
 evidence, not that the oracle knows the answer. With ``shortcut`` it answers as
 soon as everything it needs is in what it has read (a search result's snippet
-often carries the evidence), skipping the rest of the gold path.
+often carries the evidence), skipping the rest of the gold path. With
+``query="question"`` it searches with the question as asked instead of the gold
+path's keywords.
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ def _fold(text: str) -> str:
 
 
 class OraclePolicy:
-    def __init__(self, task: dict, mode: str, web_url: str, *, shortcut: bool = False):
+    def __init__(
+        self, task: dict, mode: str, web_url: str, *, shortcut: bool = False, query: str = "gold"
+    ):
+        if query not in ("gold", "question"):
+            raise ValueError(f"query must be 'gold' or 'question', not {query!r}")
         self.task, self.mode, self.web = task, mode, web_url.rstrip("/")
-        self.shortcut = shortcut
+        self.shortcut, self.query = shortcut, query
         self.answering = False  # the last text returned is an answer
         self.plan = list(task["gold_path"])
         self.seen: list[str] = []
@@ -73,6 +79,8 @@ class OraclePolicy:
                 self.scrolls = 0
                 return self._visit(step["args"]["url"])
             self.pending_quote = None
+            if self.query == "question":
+                return self._search(self.task["question"])
             return self._search(step["args"]["query"])
         self.answering = True
         return self._call("answer", self._answer())
@@ -127,8 +135,9 @@ class NoisyOraclePolicy(OraclePolicy):
         p: float = 0.35,
         seed: int = 0,
         shortcut: bool = False,
+        query: str = "gold",
     ):
-        super().__init__(task, mode, web_url, shortcut=shortcut)
+        super().__init__(task, mode, web_url, shortcut=shortcut, query=query)
         self.p = p
         self.rng = random.Random(seed)
         self.last_raw = ""

@@ -135,6 +135,11 @@ class RolloutConfig:
         "The scripted oracles answer as soon as the evidence and the answer are in what they "
         "have read (a search snippet often has them), instead of walking the whole gold path.",
     )
+    oracle_query: Literal["gold", "question"] = option(
+        "gold",
+        "What the scripted oracles search for: the gold path's keywords, or the question as "
+        "asked (a copy of the prompt's text, which a small policy learns more easily).",
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."

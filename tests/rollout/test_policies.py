@@ -1,9 +1,12 @@
 """The scripted policies' decisions, observation by observation (no web needed)."""
 
+import pytest
+
 from rollout.policies import NoisyOraclePolicy, OraclePolicy
 
 TASK = {
     "type": "qa",
+    "question": "Which time zone is Butare, Rwanda in?",
     "answer": "Africa/Kigali",
     "gold_path": [
         {"action": "search", "args": {"query": "Butare Rwanda city"}},
@@ -51,3 +54,14 @@ def test_noisy_shortcut_oracle_still_makes_mistakes():
     clean = NoisyOraclePolicy(TASK, "api", "http://w", p=0.0, seed=0, shortcut=True)
     clean.next("start")
     assert clean.next(RESULTS) == "<answer> Africa/Kigali</answer>"
+
+
+def test_question_query_searches_with_the_question_as_asked():
+    p = OraclePolicy(TASK, "api", "http://w", query="question")
+    assert p.next("start") == "<search> Which time zone is Butare, Rwanda in?</search>"
+    som = OraclePolicy(TASK, "som", "http://w", query="question")
+    assert (
+        som.next("start") == 'goto("http://w/search?q=Which+time+zone+is+Butare%2C+Rwanda+in%3F")'
+    )
+    with pytest.raises(ValueError, match="gold' or 'question"):
+        OraclePolicy(TASK, "api", "http://w", query="keywords")

@@ -29,11 +29,12 @@ def test_oracle_succeeds_on_200_test_tasks(mode, tmp_path, web_url):
 def test_shortcut_oracle_answers_from_the_search_snippet(mode, tmp_path, web_url):
     # city_timezone's evidence ("X is in the Y time zone.") is in the city's search snippet:
     # with rollout.oracle_shortcut the oracle answers right after the search (2 steps, not 3)
-    # and still only with what it read.
+    # and still only with what it read; searching with the question as asked finds it too.
     cmd = [sys.executable, "-m", "rollout.eval", "--mode", mode, "--policy", "oracle"]
     cmd += ["--split", "test", "--n", "12", "--parallel", "4", "--out", str(tmp_path)]
     cmd += ["--set", f"web.cache_dir={WEB_CACHE}", "--set", f"web.url={web_url}"]
     cmd += ["--set", "rollout.oracle_shortcut=true", "--set", 'rollout.task_types=["qa"]']
+    cmd += ["--set", "rollout.oracle_query=question"]  # the question as asked finds it too
     cmd += ["--set", 'rollout.task_templates=["city_timezone"]']
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
