@@ -90,6 +90,49 @@ def make_batch(
     return a
 
 
+def copy_batch(rng: np.random.Generator, rows: int, t: int, vocab: int, first_id: int = 3) -> dict:
+    """Rows of the synthetic copy exercise, laid out like :func:`make_batch`'s.
+
+    Each row is a run of segments ``span gap span``: a span of 8-40 random token ids
+    (from ``first_id`` up, so no special token), a random gap of up to as many tokens,
+    and the span again. The loss (``weight_bt`` and ``copy_bt``) is on the repeat's
+    tokens after its first: the ones a model can only get right by finding the earlier
+    occurrence and copying what followed it. ``mask_bt`` stays 0 (no assistant token)."""
+    seqs, copy = [], []
+    for _ in range(rows):
+        ids: list[int] = []
+        target: list[float] = []
+        while len(ids) < t + 1:
+            n = int(rng.integers(8, 41))
+            span = rng.integers(first_id, vocab, n).tolist()
+            gap = rng.integers(first_id, vocab, int(rng.integers(0, n + 1))).tolist()
+            ids += span + gap + span
+            target += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
+        seqs.append(ids[: t + 1])
+        copy.append(target[: t + 1])
+    ids_bt, copy_bt = np.asarray(seqs, np.int32), np.asarray(copy, np.float32)
+    a = {
+        "tokens_bt": ids_bt[:, :t].copy(),
+        "targets_bt": ids_bt[:, 1:].copy(),
+        "positions_bt": np.broadcast_to(np.arange(t, dtype=np.int32), (rows, t)).copy(),
+        "attn_bt": np.ones((rows, t), np.int32),
+        "mask_bt": np.zeros((rows, t), np.float32),
+        "copy_bt": copy_bt[:, 1:].copy(),
+    }
+    a["weight_bt"] = a["copy_bt"].copy()
+    return a
+
+
+def join_batches(a: dict, b: dict) -> dict:
+    """``a``'s rows then ``b``'s (``copy_bt`` zero where a batch has none)."""
+    out = {}
+    for k in a.keys() | b.keys():
+        x = a.get(k, np.zeros_like(a["mask_bt"]))
+        y = b.get(k, np.zeros_like(b["mask_bt"]))
+        out[k] = np.concatenate([x, y.astype(x.dtype)])
+    return out
+
+
 def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
     """One AdamW step on the masked mean NLL of the assistant tokens."""
     from learner.step import TrainState, lr_schedule, optimizer, token_logprobs
@@ -100,9 +143,9 @@ def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
         logp_bt, _ = token_logprobs(model, params, batch)
         loss = -(logp_bt * weight).sum() / jnp.maximum(weight.sum(), 1e-6)
         action_loss = -(logp_bt * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-        return loss, action_loss
+        return loss, (action_loss, logp_bt)
 
-    (loss, action_loss), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (action_loss, logp_bt)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = optimizer(cfg).update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     m = {
@@ -111,6 +154,9 @@ def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
         "grad_norm": optax.global_norm(grads),
         "learning_rate": lr_schedule(cfg)(state.step),
     }
+    if "copy_bt" in batch:  # the synthetic copy exercise's loss, on its own
+        c = batch["copy_bt"]
+        m["copy_loss"] = -(jax.lax.stop_gradient(logp_bt) * c).sum() / jnp.maximum(c.sum(), 1.0)
     return TrainState(state.step + 1, params, opt_state, state.rng, None), m
 
 
@@ -143,7 +189,8 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
     lc = sft_learner_config(cfg)
     mesh = make_mesh(cfg.mesh)
     k = rows_multiple(mesh)
-    rows = -(-cfg.sft.batch_size // k) * k
+    copies = cfg.sft.copy_rows
+    rows = -(-(cfg.sft.batch_size + copies) // k) * k - copies  # the step's rows: k's multiple
     t = int(cfg.learner.length_buckets[-1])
     state, _ = new_state(model, mesh, lc)
     shardings = state_shardings(model, mesh, lc)
@@ -156,8 +203,8 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
     tokens = sum(len(ids) for ids, _ in examples)
     targets = sum(sum(mask) for _, mask in examples)
     log.info(
-        "SFT: %d chats, %d tokens (%d trained on), %d steps of %d x %d",
-        len(examples), tokens, targets, cfg.sft.steps, rows, t,
+        "SFT: %d chats, %d tokens (%d trained on), %d steps of %d x %d (+%d copy rows)",
+        len(examples), tokens, targets, cfg.sft.steps, rows, t, copies,
     )  # fmt: skip
     rng = np.random.default_rng(cfg.sft.seed)
     order: list[int] = []
@@ -170,6 +217,8 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
                 order += rng.permutation(len(examples)).tolist()
             take, order = order[:rows], order[rows:]
             rows_np = make_batch([examples[i] for i in take], rows, t, pad, cfg.sft.context_weight)
+            if copies:
+                rows_np = join_batches(rows_np, copy_batch(rng, copies, t, model.cfg.vocab_size))
             batch = place_batch(rows_np, mesh)
             state, m = step_fn(state, batch)
             if step % PROGRESS_EVERY == 0 or step == cfg.sft.steps:
@@ -177,9 +226,10 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
                 rec = {"step": step, **m, "elapsed_s": time.perf_counter() - t0}
                 metrics.write(json.dumps(rec) + "\n")
                 metrics.flush()
+                copy = f"copy loss {m['copy_loss']:.4f}  " if "copy_loss" in m else ""
                 print(
                     f"sft step {step}/{cfg.sft.steps}  loss {m['loss']:.4f}  "
-                    f"action loss {m['action_loss']:.4f}  "
+                    f"action loss {m['action_loss']:.4f}  {copy}"
                     f"lr {m['learning_rate']:.2e}  {rec['elapsed_s']:.0f} s",
                     file=sys.stderr,
                     flush=True,

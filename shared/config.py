@@ -274,6 +274,14 @@ class SftConfig:
         ge=0,
         le=1,
     )
+    copy_rows: int = option(
+        0,
+        "Extra rows per SFT step of a synthetic copy exercise: random token spans, each "
+        "repeated after a random gap, the loss on the repeats. It teaches a policy trained from "
+        "scratch to copy from its context (induction), which the demonstrations alone are too "
+        "few to teach; 0 for a pretrained model.",
+        ge=0,
+    )
     steps: int = option(300, "SFT optimiser steps.", ge=0)
     batch_size: int = option(32, "Sequences per SFT step.", ge=1)
     learning_rate: float = option(1.5e-3, "Peak SFT learning rate.", gt=0, le=1)

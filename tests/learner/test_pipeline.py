@@ -201,3 +201,23 @@ def test_plot_draws_error_bars_at_zero_and_full_success(tmp_path):
     }  # fmt: skip
     png = plot(tmp_path, summary).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_copy_rows_train_only_what_an_earlier_occurrence_predicts():
+    from learner.sft import copy_batch, join_batches, make_batch
+
+    a = copy_batch(np.random.default_rng(0), 3, 256, 4096)
+    assert a["copy_bt"].sum() > 0.25 * a["copy_bt"].size  # dense: a third of each row
+    assert (a["mask_bt"] == 0).all() and (a["weight_bt"] == a["copy_bt"]).all()
+    assert a["tokens_bt"].min() >= 3  # no special token
+    for r in range(3):
+        tok, tgt = a["tokens_bt"][r], a["targets_bt"][r]
+        assert (tok[1:] == tgt[:-1]).all()
+        for i in np.nonzero(a["copy_bt"][r])[0]:
+            # (this token, the next) already occurred: induction can predict it
+            earlier = np.nonzero((tok[:i] == tok[i]) & (tgt[:i] == tgt[i]))[0]
+            assert earlier.size, (r, i)
+    real = make_batch([([5, 6, 7, 8], [0, 0, 1, 1])], 2, 256, 0)
+    both = join_batches(real, a)
+    assert both["tokens_bt"].shape == (5, 256) and both["copy_bt"][:2].sum() == 0
+    assert (both["mask_bt"][:2] == real["mask_bt"]).all()
