@@ -221,3 +221,33 @@ def test_copy_rows_train_only_what_an_earlier_occurrence_predicts():
     both = join_batches(real, a)
     assert both["tokens_bt"].shape == (5, 256) and both["copy_bt"][:2].sum() == 0
     assert (both["mask_bt"][:2] == real["mask_bt"]).all()
+
+
+def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
+    from learner.loop import build_model
+    from learner.model import get_params
+    from learner.sft import copy_exercise, train_sft
+    from learner.sharding import make_mesh
+
+    _, data, _ = demos
+    cfg = from_dict(
+        {
+            "env": {"prompt": "compact"},
+            "inference": {"observation_tokens": 64, "max_context_tokens": 512},
+            "learner": {"length_buckets": [512]},
+            "sft": {"steps": 10, "batch_size": 4, "copy_rows": 2, "copy_steps": 3},
+        }
+    )
+    model, _ = build_model(cfg)
+    before = {k: np.asarray(v).copy() for k, v in get_params(model).items()}
+    (tmp_path / "x").mkdir()
+    loss = copy_exercise(cfg, model, make_mesh(cfg.mesh), tmp_path / "x")
+    assert 7.0 < loss < 9.0  # 3 steps: still near chance, ln(4096) = 8.3
+    after = get_params(model)
+    assert any(not np.array_equal(before[k], np.asarray(after[k])) for k in before)
+    lines = (tmp_path / "x" / "copy_metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [3]
+    train_sft(cfg, data, tmp_path / "sft")
+    assert (tmp_path / "sft" / "copy_metrics.jsonl").is_file()
+    sft = [json.loads(x) for x in (tmp_path / "sft" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert all("copy_loss" in x and "action_loss" in x for x in sft)
