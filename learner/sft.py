@@ -233,6 +233,10 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model, tokenizer_dir = build_model(cfg)
+    if cfg.sft.init_checkpoint:
+        from learner.loading import load_weights_into
+
+        log.info("SFT starts from %s", load_weights_into(model, cfg.sft.init_checkpoint))
     tok = load_tokenizer(tokenizer_dir)
     examples = load_examples(data, tok, cfg)
     if not examples:

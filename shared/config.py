@@ -274,6 +274,11 @@ class SftConfig:
         ge=0,
         le=1,
     )
+    init_checkpoint: str | None = option(
+        None,
+        "Weights SFT starts from: an Orbax checkpoint (root or step directory) or an HF "
+        "directory of the configured architecture; unset: a fresh initialisation.",
+    )
     copy_steps: int = option(
         0,
         "Steps of the synthetic copy exercise alone before SFT (32 rows of 256 tokens each; "

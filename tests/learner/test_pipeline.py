@@ -251,3 +251,28 @@ def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
     assert (tmp_path / "sft" / "copy_metrics.jsonl").is_file()
     sft = [json.loads(x) for x in (tmp_path / "sft" / "sft_metrics.jsonl").read_text().splitlines()]
     assert all("copy_loss" in x and "action_loss" in x for x in sft)
+
+
+def test_sft_starts_from_init_checkpoint(demos, tmp_path):
+    from learner.checkpoint import Checkpointer
+    from learner.sft import train_sft
+
+    _, data, _ = demos
+    base = {
+        "env": {"prompt": "compact"},
+        "inference": {"observation_tokens": 64, "max_context_tokens": 512},
+        "learner": {"length_buckets": [512]},
+    }
+    first = train_sft(
+        from_dict({**base, "sft": {"steps": 5, "batch_size": 4}}), data, tmp_path / "a"
+    )
+    # A second SFT from it with a vanishing rate ends where it started: it started there.
+    sft = {"steps": 1, "batch_size": 4, "learning_rate": 1e-12, "init_checkpoint": str(first)}
+    second = train_sft(from_dict({**base, "sft": sft}), data, tmp_path / "b")
+    with Checkpointer(first) as a, Checkpointer(second) as b:
+        pa, pb = a.restore(with_opt_state=False).params, b.restore(with_opt_state=False).params
+    for k, v in pa.items():
+        np.testing.assert_allclose(np.asarray(pb[k]), np.asarray(v), atol=1e-6)
+    with pytest.raises(FileNotFoundError):
+        sft["init_checkpoint"] = str(tmp_path / "missing")
+        train_sft(from_dict({**base, "sft": sft}), data, tmp_path / "c")
