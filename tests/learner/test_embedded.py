@@ -38,7 +38,7 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
         "learner.length_buckets=[512]", "checkpoint.every_steps=2", "logging.progress=false",
         f"logging.run_dir={tmp_path}", "logging.run_name=emb", "learner.eval_every=2",
         "learner.eval_tasks=3", "sft.demos=8", "sft.steps=2", "sft.batch_size=2",
-        "learner.test_tasks=4",
+        "sft.copy_steps=2", "sft.copy_rows=1", "learner.test_tasks=4",
     ]  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "learner.train", *[a for s in sets for a in ("--set", s)]],
