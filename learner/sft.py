@@ -5,13 +5,16 @@ rollout.sft_export`` writes them): each chat is laid out exactly as an episode
 (``shared.chat.render_chat``: the prompt, then the assistant's ids and the
 observations cut to ``inference.observation_tokens``), and the loss is the
 weighted mean negative log-likelihood: weight 1 on the assistant tokens,
-``sft.context_weight`` on the prompt and observations (predicting the pages it
-reads is what teaches a small model to copy names and URLs from them). Batches have one fixed
+``sft.context_weight`` on the prompt and observations. Batches have one fixed
 shape (``sft.batch_size`` rows of the largest ``learner.length_buckets``), so the
 step compiles once; rows are split over the mesh like GRPO's. AdamW with warm-up
-and cosine decay (``sft.*``). The result is an Orbax checkpoint under
-``DIR/checkpoints`` (``learner.init_checkpoint`` starts GRPO from it) and
-``DIR/sft_metrics.jsonl``; a progress line goes to stderr every 10 steps.
+and cosine decay (``sft.*``). It starts from ``sft.init_checkpoint`` or a fresh
+initialisation. A policy trained from scratch does not learn to copy from its
+context from the demonstrations alone: ``sft.copy_steps`` runs a synthetic copy
+exercise first (``copy_metrics.jsonl``) and ``sft.copy_rows`` mixes it into every
+step. The result is an Orbax checkpoint under ``DIR/checkpoints``
+(``learner.init_checkpoint`` starts GRPO from it) and ``DIR/sft_metrics.jsonl``; a
+progress line goes to stderr every 10 steps.
 """
 
 from __future__ import annotations
