@@ -115,15 +115,9 @@ def copy_batch(rng: np.random.Generator, rows: int, t: int, vocab: int, first_id
             target += [0.0] * (n + len(gap) + 1) + [1.0] * (n - 1)
         seqs.append(ids[: t + 1])
         copy.append(target[: t + 1])
-    ids_bt, copy_bt = np.asarray(seqs, np.int32), np.asarray(copy, np.float32)
-    a = {
-        "tokens_bt": ids_bt[:, :t].copy(),
-        "targets_bt": ids_bt[:, 1:].copy(),
-        "positions_bt": np.broadcast_to(np.arange(t, dtype=np.int32), (rows, t)).copy(),
-        "attn_bt": np.ones((rows, t), np.int32),
-        "mask_bt": np.zeros((rows, t), np.float32),
-        "copy_bt": copy_bt[:, 1:].copy(),
-    }
+    # make_batch's layout, with the copy targets where it puts the assistant's
+    a = make_batch(list(zip(seqs, copy, strict=True)), rows, t, pad=0)
+    a["copy_bt"], a["mask_bt"] = a["mask_bt"], np.zeros_like(a["mask_bt"])
     a["weight_bt"] = a["copy_bt"].copy()
     return a
 
