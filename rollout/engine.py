@@ -159,7 +159,7 @@ class RolloutEngine:
 
     def _scripted(self, task: dict, i: int):
         r = self.cfg.rollout
-        how = {"shortcut": r.oracle_shortcut, "query": r.oracle_query}
+        how = {"shortcut": r.oracle_shortcut, "query": r.oracle_query, "article": r.oracle_article}
         if r.policy == "oracle":
             return OraclePolicy(task, self.cfg.env.mode, self.web_url, **how).next
         if r.policy == "noisy_oracle":

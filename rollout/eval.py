@@ -51,6 +51,7 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 policy = OraclePolicy(
                     task, mode, web_url,
                     shortcut=cfg.rollout.oracle_shortcut, query=cfg.rollout.oracle_query,
+                    article=cfg.rollout.oracle_article,
                 )  # fmt: skip
                 text, times = env.user_prompt(), []
                 while True:

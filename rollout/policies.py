@@ -8,7 +8,10 @@ evidence, not that the oracle knows the answer. With ``shortcut`` it answers as
 soon as everything it needs is in what it has read (a search result's snippet
 often carries the evidence), skipping the rest of the gold path. With
 ``query="question"`` it searches with the question as asked instead of the gold
-path's keywords.
+path's keywords. With ``article`` it answers with the article its evidence puts
+before the answer ("the Asia/Kolkata" from "... is in the Asia/Kolkata time
+zone"): the same answer under the SQuAD normalisation, and one a small policy can
+copy from the page, since the page has the same word before it.
 """
 
 from __future__ import annotations
@@ -30,12 +33,19 @@ def _fold(text: str) -> str:
 
 class OraclePolicy:
     def __init__(
-        self, task: dict, mode: str, web_url: str, *, shortcut: bool = False, query: str = "gold"
+        self,
+        task: dict,
+        mode: str,
+        web_url: str,
+        *,
+        shortcut: bool = False,
+        query: str = "gold",
+        article: bool = False,
     ):
         if query not in ("gold", "question"):
             raise ValueError(f"query must be 'gold' or 'question', not {query!r}")
         self.task, self.mode, self.web = task, mode, web_url.rstrip("/")
-        self.shortcut, self.query = shortcut, query
+        self.shortcut, self.query, self.article = shortcut, query, article
         self.answering = False  # the last text returned is an answer
         self.plan = list(task["gold_path"])
         self.seen: list[str] = []
@@ -113,6 +123,8 @@ class OraclePolicy:
         if not quotes_seen or not all(_fold(f) in read for f in facts):
             return GIVE_UP
         answer = self.task["answer"]
+        if self.article:
+            answer = _with_article(answer, [e["quote"] for e in self.task["evidence"]])
         if self.task["type"] == "citation":
             urls = dict.fromkeys(e["url"] for e in self.task["evidence"])
             answer += "\n" + "\n".join(f"[{i}] {u}" for i, u in enumerate(urls, 1))
@@ -136,8 +148,9 @@ class NoisyOraclePolicy(OraclePolicy):
         seed: int = 0,
         shortcut: bool = False,
         query: str = "gold",
+        article: bool = False,
     ):
-        super().__init__(task, mode, web_url, shortcut=shortcut, query=query)
+        super().__init__(task, mode, web_url, shortcut=shortcut, query=query, article=article)
         self.p = p
         self.rng = random.Random(seed)
         self.last_raw = ""
@@ -164,6 +177,15 @@ class NoisyOraclePolicy(OraclePolicy):
     def _other_name(self) -> str | None:
         names = {n for n in _NAME.findall(self.last_raw) if _fold(n) != _fold(self.task["answer"])}
         return self.rng.choice(sorted(names)) if names else None
+
+
+def _with_article(answer: str, quotes: list[str]) -> str:
+    """``answer`` with the article that precedes it in the first quote that has one."""
+    for quote in quotes:
+        m = re.search(r"\b(the|an|a)\s+" + re.escape(answer) + r"(?!\w)", quote, re.I)
+        if m:
+            return f"{m.group(1)} {answer}"
+    return answer
 
 
 _URL = re.compile(r"https?://[^\s)\"'<>]+")

@@ -140,6 +140,12 @@ class RolloutConfig:
         "What the scripted oracles search for: the gold path's keywords, or the question as "
         "asked (a copy of the prompt's text, which a small policy learns more easily).",
     )
+    oracle_article: bool = option(
+        False,
+        "The scripted oracles answer with the article their evidence puts before the answer "
+        "('the Asia/Kolkata' from '... is in the Asia/Kolkata time zone'): equal under the "
+        "SQuAD normalisation, and copyable by a small policy from the word before it.",
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."

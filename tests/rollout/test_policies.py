@@ -65,3 +65,23 @@ def test_question_query_searches_with_the_question_as_asked():
     )
     with pytest.raises(ValueError, match="gold' or 'question"):
         OraclePolicy(TASK, "api", "http://w", query="keywords")
+
+
+def test_article_answers_with_the_evidence_article_and_the_verifier_agrees():
+    from rollout.policies import _with_article
+    from rollout.verifiers.text import exact_match
+
+    p = OraclePolicy(TASK, "api", "http://w", shortcut=True, article=True)
+    p.next("start")
+    assert p.next(RESULTS) == "<answer> the Africa/Kigali</answer>"
+    assert exact_match("the Africa/Kigali", TASK["answer"]) == 1.0
+    # No article before the answer in the evidence: the answer as it is.
+    bare = {**TASK, "evidence": [{**TASK["evidence"][0], "quote": "Butare: Africa/Kigali"}]}
+    q = OraclePolicy(bare, "api", "http://w", shortcut=True, article=True)
+    q.next("start")
+    assert q.next(RESULTS.replace("Butare is in the ", "Butare: ")) == (
+        "<answer> Africa/Kigali</answer>"
+    )
+    # A word that merely ends in an article's letters is not one ("Lathe Africa/Kigali").
+    assert _with_article("Africa/Kigali", ["Lathe Africa/Kigali."]) == "Africa/Kigali"
+    assert _with_article("Africa/Kigali", ["in a Africa/Kigali zone"]) == "a Africa/Kigali"
