@@ -1,6 +1,7 @@
 # Set-up, tests, benchmarks and the embedded training run.
 #
 #   make train   set up, then run the embedded default (python -m learner.train)
+#   make base    set up, then rebuild the tiny base model it starts from (shared/assets/tiny_base)
 #   make test    set up, then ruff and the test suite
 #   make bench   set up, then every bench/*.py (each ends with one JSON line)
 #
@@ -15,7 +16,7 @@ DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test lint bench train clean
+.PHONY: setup system-packages test lint bench train base clean
 
 setup: system-packages $(STAMP)
 
@@ -55,6 +56,9 @@ bench: setup
 
 train: setup
 	$(PY) -m learner.train $(ARGS)
+
+base: setup
+	$(PY) -m learner.base $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -12,7 +12,8 @@ and cosine decay (``sft.*``). It starts from ``sft.init_checkpoint`` or a fresh
 initialisation. A policy trained from scratch does not learn to copy from its
 context from the demonstrations alone: ``sft.copy_steps`` runs a synthetic copy
 exercise first (``copy_metrics.jsonl``) and ``sft.copy_rows`` mixes it into every
-step. The result is an Orbax checkpoint under ``DIR/checkpoints``
+step. The embedded default starts instead from a base model pretrained on that
+exercise once (``python -m learner.base``, ``shared/assets/tiny_base``). The result is an Orbax checkpoint under ``DIR/checkpoints``
 (``learner.init_checkpoint`` starts GRPO from it) and ``DIR/sft_metrics.jsonl``; a
 progress line goes to stderr every 10 steps.
 """
@@ -186,10 +187,13 @@ def _compiled(model, mesh, lc):
     return state, step_fn
 
 
-def copy_exercise(cfg: RunConfig, model, mesh, out_dir: Path) -> float:
+def copy_exercise(
+    cfg: RunConfig, model, mesh, out_dir: Path, *, stop_below: float | None = None
+) -> tuple[float, int]:
     """``sft.copy_steps`` steps of the synthetic copy exercise alone (``COPY_ROWS`` rows of
     ``COPY_LEN`` tokens, warm-up then a nearly constant learning rate); ``model`` keeps the
-    result. Returns the last copy loss.
+    result. With ``stop_below`` it stops early at the first logged copy loss under it.
+    Returns the last logged copy loss and the steps run.
 
     A policy trained from scratch learns to copy from its context (an induction
     mechanism) here in a sudden drop of the loss, from chance (ln V) to near 0: measured
@@ -201,7 +205,7 @@ def copy_exercise(cfg: RunConfig, model, mesh, out_dir: Path) -> float:
     lc = dataclasses.replace(sft_learner_config(cfg), steps=COPY_DECAY * n)
     state, step_fn = _compiled(model, mesh, lc)
     rng = np.random.default_rng(cfg.sft.seed + 1)
-    loss, t0 = float("nan"), time.perf_counter()
+    loss, step, t0 = float("nan"), 0, time.perf_counter()
     with (out_dir / "copy_metrics.jsonl").open("w") as metrics:
         for step in range(1, n + 1):
             batch = copy_batch(rng, COPY_ROWS, COPY_LEN, model.cfg.vocab_size)
@@ -216,8 +220,10 @@ def copy_exercise(cfg: RunConfig, model, mesh, out_dir: Path) -> float:
                     file=sys.stderr,
                     flush=True,
                 )
+                if stop_below is not None and loss < stop_below:
+                    break
     set_params(model, {k: np.asarray(v) for k, v in jax.device_get(state.params).items()})
-    return loss
+    return loss, step
 
 
 def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:

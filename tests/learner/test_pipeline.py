@@ -241,8 +241,8 @@ def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
     model, _ = build_model(cfg)
     before = {k: np.asarray(v).copy() for k, v in get_params(model).items()}
     (tmp_path / "x").mkdir()
-    loss = copy_exercise(cfg, model, make_mesh(cfg.mesh), tmp_path / "x")
-    assert 7.0 < loss < 9.0  # 3 steps: still near chance, ln(4096) = 8.3
+    loss, steps = copy_exercise(cfg, model, make_mesh(cfg.mesh), tmp_path / "x")
+    assert steps == 3 and 7.0 < loss < 9.0  # 3 steps: still near chance, ln(4096) = 8.3
     after = get_params(model)
     assert any(not np.array_equal(before[k], np.asarray(after[k])) for k in before)
     lines = (tmp_path / "x" / "copy_metrics.jsonl").read_text().splitlines()
