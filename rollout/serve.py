@@ -231,8 +231,9 @@ async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
                 run_dir / cfg.rollout.buffer_dir, cfg.rollout.buffer_max_groups
             )
             engine = RolloutEngine(
-                cfg, web_url, cycle_tasks(tasks), load_tokenizer(), buffer, session,
-                client=client, pool=pool, run_dir=run_dir / "episodes",
+                cfg, web_url, cycle_tasks(tasks, cfg.rollout.seed), load_tokenizer(), buffer,
+                session, client=client, pool=pool, run_dir=run_dir / "episodes",
+                seed=cfg.rollout.seed,
             )  # fmt: skip
             runner = web.AppRunner(make_app(engine, cfg), access_log=None, shutdown_timeout=1)
             await runner.setup()

@@ -146,6 +146,9 @@ class RolloutConfig:
         "('the Asia/Kolkata' from '... is in the Asia/Kolkata time zone'): equal under the "
         "SQuAD normalisation, and copyable by a small policy from the word before it.",
     )
+    seed: int = option(
+        0, "Seed of the order the sidecar draws tasks in and of the noisy oracle's mistakes.", ge=0
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."

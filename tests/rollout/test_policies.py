@@ -85,3 +85,15 @@ def test_article_answers_with_the_evidence_article_and_the_verifier_agrees():
     # A word that merely ends in an article's letters is not one ("Lathe Africa/Kigali").
     assert _with_article("Africa/Kigali", ["Lathe Africa/Kigali."]) == "Africa/Kigali"
     assert _with_article("Africa/Kigali", ["in a Africa/Kigali zone"]) == "a Africa/Kigali"
+
+
+def test_rollout_seed_changes_the_task_order_and_each_pass_is_a_permutation():
+    from itertools import islice
+
+    from rollout.engine import cycle_tasks
+
+    tasks = [{"id": i} for i in range(20)]
+    a = [t["id"] for t in islice(cycle_tasks(tasks, 0), 40)]
+    b = [t["id"] for t in islice(cycle_tasks(tasks, 1), 40)]
+    assert a != b and a == [t["id"] for t in islice(cycle_tasks(tasks, 0), 40)]
+    assert sorted(a[:20]) == sorted(a[20:]) == list(range(20))
