@@ -1,0 +1,77 @@
+"""The embedded default's learning result, checked: `make train` with a seed, then the targets.
+
+Runs ``python -m learner.train`` (the embedded default, ``configs/tiny.toml`` unless
+``--config``) as a child with ``learner.seed``, ``sft.seed`` and ``rollout.seed`` set
+to ``--seed`` (another SFT data order, sampling, task order and other noisy-oracle
+mistakes), reads the run's ``summary.json`` and checks what the learning run must
+show in api mode: test success at the training temperature after GRPO at least
+``--min-gain`` (15) points above the SFT start, the two 95% Wilson intervals apart,
+the whole run within ``--max-minutes`` (40). ~25 minutes on 2 CPU cores.
+
+    python bench/learning.py [--seed 0] [--config configs/tiny.toml] [--set k=v ...]
+
+Final line: {"bench": "learning", "seed", "mode", "n_test", "sft_success",
+"sft_ci95", "grpo_success", "grpo_ci95", "gain_points", "sft_greedy_success",
+"grpo_greedy_success", "wall_minutes", "run_dir", "checks": {...}, "ok"}; the exit
+status is 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", default=None, help="run config (default: the embedded one)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--min-gain", type=float, default=15.0, help="points")
+    ap.add_argument("--max-minutes", type=float, default=40.0)
+    args = ap.parse_args()
+    name = f"bench-learning-seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sets = [
+        f"learner.seed={args.seed}", f"sft.seed={args.seed}", f"rollout.seed={args.seed}",
+        f"logging.run_name={name}", *args.set,
+    ]  # fmt: skip
+    cmd = [sys.executable, "-m", "learner.train"]
+    if args.config:
+        cmd += ["--config", args.config]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    rc = subprocess.call(cmd, cwd=REPO)  # its progress and table go to this terminal
+    minutes = (time.perf_counter() - t0) / 60
+    if rc != 0:
+        print(json.dumps({"bench": "learning", "seed": args.seed, "error": f"exit {rc}"}))
+        return 1
+    run_dir = REPO / "runs" / name
+    for s in args.set:  # a --set logging.run_dir moves the run
+        if s.startswith("logging.run_dir="):
+            run_dir = Path(s.split("=", 1)[1]) / name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    keys = (
+        "mode", "n_test", "sft_success", "sft_ci95", "grpo_success", "grpo_ci95",
+        "gain_points", "sft_greedy_success", "grpo_greedy_success", "wall_minutes",
+    )  # fmt: skip
+    checks = {
+        "gain_at_least_min": summary["gain_points"] >= args.min_gain,
+        "cis_apart": summary["grpo_ci95"][0] > summary["sft_ci95"][1],
+        "within_max_minutes": minutes <= args.max_minutes,
+    }
+    out = {"bench": "learning", "seed": args.seed, **{k: summary[k] for k in keys}}
+    out |= {"process_minutes": round(minutes, 2), "run_dir": str(run_dir)}
+    out |= {"checks": checks, "ok": all(checks.values())}
+    print(json.dumps(out))
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
