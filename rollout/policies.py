@@ -50,6 +50,8 @@ class OraclePolicy:
         self.plan = list(task["gold_path"])
         self.seen: list[str] = []
         self.pending_quote: str | None = None
+        self.pending_click: int | None = None  # som: the search button, after typing
+        self.last_view = ""
         self.scrolls = 0
 
     # ------------------------------------------------------------------ the dialects
@@ -59,11 +61,17 @@ class OraclePolicy:
             # The short form, with a space before the argument: a name copied from running
             # text ("code FAI", "serving Posadas,") keeps the same tokens (" F", " P").
             return f"<{name}> {args[0]}</{name}>"
-        return f"{name}({', '.join(json.dumps(a) for a in args)})"
+        return f"{name}({', '.join(json.dumps(a, ensure_ascii=False) for a in args)})"
 
     def _search(self, query: str) -> str:
         if self.mode == "api":
             return self._call("search", query)
+        box = _SEARCH_FORM.search(self.last_view) if self.mode == "som" else None
+        if box is not None and self.query == "question":
+            # The page's own search form: type the question as asked (a copy of the
+            # prompt's text), then press its button.
+            self.pending_click = int(box.group(2))
+            return self._call("type", int(box.group(1)), query)
         return self._call("goto", f"{self.web}/search?q={quote_plus(query)}")
 
     def _visit(self, url: str) -> str:
@@ -74,7 +82,11 @@ class OraclePolicy:
     def next(self, observation: str) -> str:
         """The model text for the next step, given the text of the last observation."""
         self.seen.append(_fold(observation))
+        self.last_view = observation
         self.answering = False
+        if self.pending_click is not None:
+            n, self.pending_click = self.pending_click, None
+            return self._call("click", n)
         if self.shortcut and len(self.seen) > 1 and self._answer() != GIVE_UP:
             self.plan = []  # the evidence and the answer are in view: no need to go on
         missing = self._missing_quote()
@@ -157,6 +169,8 @@ class NoisyOraclePolicy(OraclePolicy):
 
     def next(self, observation: str) -> str:
         self.last_raw = observation
+        if self.pending_click is not None:  # a search typed: press its button first
+            return super().next(observation)
         if self.plan and self.plan[0]["action"] == "visit" and self.rng.random() < self.p:
             wrong = self._other_url(self.plan[0]["args"]["url"])
             if wrong is not None:
@@ -188,5 +202,6 @@ def _with_article(answer: str, quotes: list[str]) -> str:
     return answer
 
 
+_SEARCH_FORM = re.compile(r'\[(\d+)\] searchbox "Search query"[^\n\[]*\[(\d+)\] button "Search"')
 _URL = re.compile(r"https?://[^\s)\"'<>]+")
 _NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)?\b")

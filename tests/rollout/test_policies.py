@@ -97,3 +97,22 @@ def test_rollout_seed_changes_the_task_order_and_each_pass_is_a_permutation():
     b = [t["id"] for t in islice(cycle_tasks(tasks, 1), 40)]
     assert a != b and a == [t["id"] for t in islice(cycle_tasks(tasks, 0), 40)]
     assert sorted(a[:20]) == sorted(a[20:]) == list(range(20))
+
+
+def test_som_question_search_types_into_the_page_form_then_presses_its_button():
+    start = (
+        'URL: http://w/\nTitle: Seek - Seek\n\n[1] link "Seek"\n'
+        '[8] searchbox "Search query" value="" [9] button "Search"\n'
+    )
+    p = OraclePolicy(TASK, "som", "http://w", shortcut=True, query="question", article=True)
+    assert p.next(start) == 'type(8, "Which time zone is Butare, Rwanda in?")'
+    assert p.next(start.replace('value=""', 'value="Which time zone is Butare, Rwanda in?"')) == (
+        "click(9)"
+    )
+    assert p.next(RESULTS) == 'answer("the Africa/Kigali")'
+    # The noisy oracle presses the button too before any mistake of its own.
+    n = NoisyOraclePolicy(TASK, "som", "http://w", p=1.0, seed=0, query="question")
+    assert n.next(start).startswith("type(8, ") and n.next(start) == "click(9)"
+    # Non-ASCII text is written as it reads, not as \\u escapes: the policy copies it.
+    q = {**TASK, "question": "Which time zone is Lālsot, India in?"}
+    assert "Lālsot" in OraclePolicy(q, "som", "http://w", query="question").next(start)
