@@ -30,7 +30,7 @@ from rollout.buffer import TrajectoryBuffer
 from rollout.env import make_env
 from rollout.episode import Limits, run_episode
 from rollout.inference import InferenceClient, Sampling
-from rollout.policies import NoisyOraclePolicy, OraclePolicy
+from rollout.policies import NoisyOraclePolicy, OraclePolicy, oracle_options
 from shared.config import RunConfig
 from shared.tokenizer import Tokenizer
 from shared.wire import Trajectory, TrajectoryGroup
@@ -159,7 +159,7 @@ class RolloutEngine:
 
     def _scripted(self, task: dict, i: int):
         r = self.cfg.rollout
-        how = {"shortcut": r.oracle_shortcut, "query": r.oracle_query, "article": r.oracle_article}
+        how = oracle_options(r)
         if r.policy == "oracle":
             return OraclePolicy(task, self.cfg.env.mode, self.web_url, **how).next
         if r.policy == "noisy_oracle":

@@ -29,7 +29,7 @@ import aiohttp
 from rollout.browser_pool import BrowserLost
 from rollout.env import browsers_for, make_env
 from rollout.env.core import InfraError
-from rollout.policies import OraclePolicy
+from rollout.policies import OraclePolicy, oracle_options
 from rollout.procs import web_for
 from shared.config import RunConfig, add_config_args, config_from_args
 
@@ -48,11 +48,7 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 return await _model_episode(env, task, cfg, session)
             try:
                 await env.reset(task)
-                policy = OraclePolicy(
-                    task, mode, web_url,
-                    shortcut=cfg.rollout.oracle_shortcut, query=cfg.rollout.oracle_query,
-                    article=cfg.rollout.oracle_article,
-                )  # fmt: skip
+                policy = OraclePolicy(task, mode, web_url, **oracle_options(cfg.rollout))
                 text, times = env.user_prompt(), []
                 while True:
                     r = await env.step(policy.next(text))

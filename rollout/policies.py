@@ -165,10 +165,9 @@ class NoisyOraclePolicy(OraclePolicy):
         super().__init__(task, mode, web_url, shortcut=shortcut, query=query, article=article)
         self.p = p
         self.rng = random.Random(seed)
-        self.last_raw = ""
 
     def next(self, observation: str) -> str:
-        self.last_raw = observation
+        self.last_view = observation  # its mistakes come from this view
         if self.pending_click is not None:  # a search typed: press its button first
             return super().next(observation)
         if self.plan and self.plan[0]["action"] == "visit" and self.rng.random() < self.p:
@@ -185,12 +184,21 @@ class NoisyOraclePolicy(OraclePolicy):
         return text
 
     def _other_url(self, right: str) -> str | None:
-        urls = [u for u in _URL.findall(self.last_raw) if urldefrag(u).url != urldefrag(right).url]
+        urls = [u for u in _URL.findall(self.last_view) if urldefrag(u).url != urldefrag(right).url]
         return self.rng.choice(urls) if urls else None
 
     def _other_name(self) -> str | None:
-        names = {n for n in _NAME.findall(self.last_raw) if _fold(n) != _fold(self.task["answer"])}
+        names = {n for n in _NAME.findall(self.last_view) if _fold(n) != _fold(self.task["answer"])}
         return self.rng.choice(sorted(names)) if names else None
+
+
+def oracle_options(rollout) -> dict:
+    """The oracles' keyword arguments from a ``RolloutConfig`` (``rollout.oracle_*``)."""
+    return {
+        "shortcut": rollout.oracle_shortcut,
+        "query": rollout.oracle_query,
+        "article": rollout.oracle_article,
+    }
 
 
 def _with_article(answer: str, quotes: list[str]) -> str:
