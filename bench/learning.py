@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from learner.train import DEFAULT_CONFIG, run_dir_of  # noqa: E402
+from shared.config import load  # noqa: E402
 
 
 def main() -> int:
@@ -52,10 +56,8 @@ def main() -> int:
     if rc != 0:
         print(json.dumps({"bench": "learning", "seed": args.seed, "error": f"exit {rc}"}))
         return 1
-    run_dir = REPO / "runs" / name
-    for s in args.set:  # a --set logging.run_dir moves the run
-        if s.startswith("logging.run_dir="):
-            run_dir = Path(s.split("=", 1)[1]) / name
+    # Where learner.train put it: the same config and overrides, relative to the repo.
+    run_dir = REPO / run_dir_of(load(args.config or DEFAULT_CONFIG, sets))
     summary = json.loads((run_dir / "summary.json").read_text())
     keys = (
         "mode", "n_test", "sft_success", "sft_ci95", "grpo_success", "grpo_ci95",

@@ -13,9 +13,10 @@ initialisation. A policy trained from scratch does not learn to copy from its
 context from the demonstrations alone: ``sft.copy_steps`` runs a synthetic copy
 exercise first (``copy_metrics.jsonl``) and ``sft.copy_rows`` mixes it into every
 step. The embedded default starts instead from a base model pretrained on that
-exercise once (``python -m learner.base``, ``shared/assets/tiny_base``). The result is an Orbax checkpoint under ``DIR/checkpoints``
-(``learner.init_checkpoint`` starts GRPO from it) and ``DIR/sft_metrics.jsonl``; a
-progress line goes to stderr every 10 steps.
+exercise once (``python -m learner.base``, ``shared/assets/tiny_base``). The result
+is an Orbax checkpoint under ``DIR/checkpoints`` (``learner.init_checkpoint`` starts
+GRPO from it) and ``DIR/sft_metrics.jsonl``; a progress line goes to stderr every
+10 steps.
 """
 
 from __future__ import annotations
