@@ -184,7 +184,11 @@ class NoisyOraclePolicy(OraclePolicy):
         return text
 
     def _other_url(self, right: str) -> str | None:
-        urls = [u for u in _URL.findall(self.last_view) if urldefrag(u).url != urldefrag(right).url]
+        """Another link from the last view: not the right one, nor the page in view (its
+        ``URL:`` header), which would only reload what was just read."""
+        here = _HERE.search(self.last_view)
+        skip = {urldefrag(right).url, urldefrag(here.group(1)).url if here else None}
+        urls = [u for u in _URL.findall(self.last_view) if urldefrag(u).url not in skip]
         return self.rng.choice(urls) if urls else None
 
     def _other_name(self) -> str | None:
@@ -212,4 +216,5 @@ def _with_article(answer: str, quotes: list[str]) -> str:
 
 _SEARCH_FORM = re.compile(r'\[(\d+)\] searchbox "Search query"[^\n\[]*\[(\d+)\] button "Search"')
 _URL = re.compile(r"https?://[^\s)\"'<>]+")
+_HERE = re.compile(r"^URL: (\S+)", re.M)
 _NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)?\b")

@@ -116,3 +116,13 @@ def test_som_question_search_types_into_the_page_form_then_presses_its_button():
     # Non-ASCII text is written as it reads, not as \\u escapes: the policy copies it.
     q = {**TASK, "question": "Which time zone is Lālsot, India in?"}
     assert "Lālsot" in OraclePolicy(q, "som", "http://w", query="question").next(start)
+
+
+def test_noisy_oracle_never_opens_the_page_it_is_reading_as_a_wrong_result():
+    # In som mode a view starts with its own URL; re-opening it would only reload the
+    # results (and fill the context with the same view twice).
+    here = "URL: http://w/search?q=Butare\n\n" + RESULTS
+    for seed in range(20):
+        p = NoisyOraclePolicy(TASK, "som", "http://w", p=1.0, seed=seed)
+        p.next("start")
+        assert p.next(here) == 'goto("http://w/geo/city/2")'
