@@ -7,7 +7,9 @@ an estimate for the step as written (no rematerialisation, dense attention):
 per layer and sequence, ~34 x T x hidden saved 2-byte values plus 5 x heads x T²
 for the attention scores (Korthikanti et al. 2022), scaled to the compute dtype,
 and three float32 (T, vocab) arrays for the logits, their log-softmax and its
-gradient, split over the tensor axis.
+gradient, split over the tensor axis, for the rows of one micro-batch
+(``learner.micro_batches``; with more than one, the gradients are held twice:
+the micro-batch's and their running sum).
 """
 
 from __future__ import annotations
@@ -88,9 +90,10 @@ def budget(cfg: RunConfig) -> dict[str, float]:
     for path, leaf in jax.tree_util.tree_flatten_with_path(opt)[0]:
         key = getattr(path[-1], "key", None)
         opt_bytes += per_device(key if isinstance(key, str) else None, leaf.shape, leaf.dtype)
+    micro = cfg.learner.micro_batches
     rows = cfg.learner.groups_per_step * cfg.rollout.group_size
     ways = mesh.shape["data"] * mesh.shape["fsdp"]
-    b = -(-rows // ways)
+    b = -(-rows // (ways * micro))  # rows per device in one micro-batch
     t = max(cfg.learner.length_buckets)
     scale = jnp.dtype(mc.dtype).itemsize / 2
     tp = mesh.shape["tensor"]
@@ -98,7 +101,7 @@ def budget(cfg: RunConfig) -> dict[str, float]:
     logits = 3 * b * t * mc.vocab_size * 4 / tp
     return {
         "params": params,
-        "grads": params,
+        "grads": params * (2 if micro > 1 else 1),  # + the accumulator
         "optimizer": opt_bytes,
         "reference": params if cfg.learner.kl_coef > 0 else 0.0,
         "activations": per_layer * mc.num_layers + logits,
@@ -117,7 +120,7 @@ def main(cfg: RunConfig) -> int:
     print(
         f"model {cfg.learner.model}: {parts['_params_total'] / 1e9:.2f} B parameters; mesh "
         f"{shape}; {int(parts['_rows_per_device'])} rows x {int(parts['_length'])} tokens "
-        "per device"
+        f"per device{' per micro-batch' if cfg.learner.micro_batches > 1 else ''}"
     )
     for name, v in shown.items():
         print(f"  {name:<12} {v / GIB:8.2f} GiB per device")

@@ -52,13 +52,16 @@ def grpo_loss(
     kl_coef: float = 0.0,
     rollout_logp_bt: jax.Array | None = None,
     tis_cap: float = 0.0,
+    denominator: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The scalar loss to minimise and its metrics.
 
     ``old_logp_bt`` are the behaviour policy's logprobs the ratio is taken against
     (the rollout's, or the learner's recomputed ones); with ``rollout_logp_bt`` and
     ``tis_cap > 0``, each token is also weighted by min(exp(old - rollout), cap),
-    correcting for the mismatch between inference and learner numerics.
+    correcting for the mismatch between inference and learner numerics. With
+    ``denominator`` (that of the whole batch, :func:`agg_denominator`), the token losses
+    are summed and divided by it: a micro-batch's share of the whole batch's loss.
     """
     mask = mask_bt.astype(jnp.float32)
     adv = adv_b[:, None]  # (B, 1)
@@ -74,7 +77,7 @@ def grpo_loss(
         d = (ref_logp_bt - logp_bt) * mask
         kl = jnp.exp(d) - d - 1.0  # k3: unbiased, non-negative
         per_token = per_token + kl_coef * kl
-    loss = aggregate(per_token, mask, agg, constant)
+    loss = aggregate(per_token, mask, agg, constant, denominator)
     n = jnp.maximum(mask.sum(), 1.0)
     clip_frac = (((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)) * mask).sum() / n
     metrics = {
@@ -90,19 +93,38 @@ def grpo_loss(
 
 
 def aggregate(
-    per_token_bt: jax.Array, mask_bt: jax.Array, agg: Aggregation, constant: float | None = None
+    per_token_bt: jax.Array,
+    mask_bt: jax.Array,
+    agg: Aggregation,
+    constant: float | None = None,
+    denominator: jax.Array | None = None,
 ) -> jax.Array:
+    """The token losses aggregated: a sum over what ``agg`` averages, divided by
+    :func:`agg_denominator` of these rows, or by ``denominator`` when given."""
     mask = mask_bt.astype(jnp.float32)
-    total = (per_token_bt * mask).sum()
-    if agg == "token_mean":
-        return total / jnp.maximum(mask.sum(), 1.0)
     if agg == "seq_mean_token_mean":
         per_seq = (per_token_bt * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
-        has = (mask.sum(axis=1) > 0).astype(jnp.float32)
-        return (per_seq * has).sum() / jnp.maximum(has.sum(), 1.0)
+        total = per_seq.sum()  # rows without tokens add 0
+    elif agg in ("token_mean", "constant"):
+        total = (per_token_bt * mask).sum()
+    else:
+        raise ValueError(f"unknown loss aggregation {agg!r}")
+    if denominator is None:
+        denominator = agg_denominator(mask_bt, agg, constant)
+    return total / denominator
+
+
+def agg_denominator(mask_bt: jax.Array, agg: Aggregation, constant: float | None = None):
+    """What ``agg`` divides the summed token losses of these rows by: the tokens trained
+    on (``token_mean``), the rows with any (``seq_mean_token_mean``), or the constant
+    (default: the batch's size); at least 1."""
+    mask = mask_bt.astype(jnp.float32)
+    if agg == "token_mean":
+        return jnp.maximum(mask.sum(), 1.0)
+    if agg == "seq_mean_token_mean":
+        return jnp.maximum((mask.sum(axis=1) > 0).sum().astype(jnp.float32), 1.0)
     if agg == "constant":
-        norm = constant if constant is not None else float(per_token_bt.size)
-        return total / norm
+        return jnp.float32(constant if constant is not None else mask.size)
     raise ValueError(f"unknown loss aggregation {agg!r}")
 
 

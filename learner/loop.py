@@ -62,7 +62,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model, self.tokenizer_dir = build_model(cfg)
         self.mesh = make_mesh(cfg.mesh)
-        self.rows = _round_up(cfg.learner.groups_per_step * cfg.rollout.group_size, self.mesh)
+        self.rows = _round_up(
+            cfg.learner.groups_per_step * cfg.rollout.group_size,
+            rows_multiple(self.mesh) * cfg.learner.micro_batches,
+        )
         self.ckpt_root = (self.run_dir / cfg.checkpoint.dir).absolute()
         self.ckpt = Checkpointer(self.ckpt_root, max_to_keep=cfg.checkpoint.max_to_keep)
         self.shardings = state_shardings(self.model, self.mesh, cfg.learner)
@@ -261,8 +264,7 @@ def _finite(v: Any) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _round_up(n: int, mesh) -> int:
-    k = rows_multiple(mesh)
+def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from learner.grpo import grpo_loss, token_entropy
+from learner.grpo import agg_denominator, grpo_loss, token_entropy
 from learner.model import Model, apply, get_params
 from learner.sharding import param_shardings
 from shared.config import LearnerConfig
@@ -78,40 +78,96 @@ def token_logprobs(
     return logp_bt, logits_btv
 
 
-def train_step(
-    state: TrainState, batch: Mapping[str, jax.Array], *, model: Model, cfg: LearnerConfig
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One GRPO update. ``batch``: see ``learner.batching`` (``old_logp_bt`` optional:
-    without it the ratio is against the learner's own logprobs, i.e. on-policy, and
-    truncated importance sampling corrects for the rollout engine's numerics)."""
-    mask_bt = batch["mask_bt"]
+# Metrics that are means over the tokens trained on: micro-batches' values are weighted
+# by their token counts; the others combine as named.
+_TOKEN_MEANS = ("clip_fraction", "approx_kl", "ratio_mean", "kl_ref", "entropy", "rollout_kl")
+_COMBINE = {"ratio_max": jnp.maximum, "ratio_min": jnp.minimum}  # the rest add up
+_IDENTITY = {"ratio_max": -jnp.inf, "ratio_min": jnp.inf}
+
+
+def micro_batches(batch: Mapping[str, jax.Array], n: int) -> dict[str, jax.Array]:
+    """Each (B, ...) array as (n, B/n, ...): micro-batch ``m`` takes rows m, m+n, m+2n, ...
+    so that, with rows split over devices in contiguous blocks (B/n a multiple of the
+    ways), every micro-batch is spread over all the devices and none is moved."""
+
+    def split(x):
+        rows = x.shape[0]
+        if rows % n:
+            raise ValueError(f"{rows} rows do not split into {n} micro-batches")
+        return jnp.swapaxes(x.reshape(rows // n, n, *x.shape[1:]), 0, 1)
+
+    return {k: split(v) for k, v in batch.items()}
+
+
+def _micro_step(params, ref_params, mb, denominator, *, model: Model, cfg: LearnerConfig):
+    """One micro-batch: (its share of the loss, metrics as sums, gradients)."""
+    mask_bt = mb["mask_bt"]
     ref_logp_bt = None
-    if state.ref_params is not None:
-        ref_logp_bt = jax.lax.stop_gradient(token_logprobs(model, state.ref_params, batch)[0])
+    if ref_params is not None:
+        ref_logp_bt = jax.lax.stop_gradient(token_logprobs(model, ref_params, mb)[0])
 
     def loss_fn(params):
-        logp_bt, logits_btv = token_logprobs(model, params, batch)
-        old = batch.get("old_logp_bt")
+        logp_bt, logits_btv = token_logprobs(model, params, mb)
+        old = mb.get("old_logp_bt")
         old_logp_bt = jax.lax.stop_gradient(logp_bt) if old is None else old
         loss, m = grpo_loss(
             logp_bt,
             old_logp_bt,
-            batch["adv_b"],
+            mb["adv_b"],
             mask_bt,
             clip_low=cfg.clip_eps_low,
             clip_high=cfg.clip_eps_high,
             agg=cfg.loss_agg,
             ref_logp_bt=ref_logp_bt,
             kl_coef=cfg.kl_coef,
-            rollout_logp_bt=batch["rollout_logp_bt"],
+            rollout_logp_bt=mb["rollout_logp_bt"],
             tis_cap=cfg.tis_cap,
+            denominator=denominator,
         )
         m["entropy"] = token_entropy(jax.lax.stop_gradient(logits_btv), mask_bt)
         n = jnp.maximum(mask_bt.sum(), 1.0)
-        m["rollout_kl"] = ((batch["rollout_logp_bt"] - logp_bt) * mask_bt).sum() / n
+        m["rollout_kl"] = ((mb["rollout_logp_bt"] - logp_bt) * mask_bt).sum() / n
+        for k in _TOKEN_MEANS:  # means over this micro-batch's tokens -> sums
+            m[k] = m[k] * m["tokens"]
         return loss, m
 
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return loss, metrics, grads
+
+
+def train_step(
+    state: TrainState, batch: Mapping[str, jax.Array], *, model: Model, cfg: LearnerConfig
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One GRPO update. ``batch``: see ``learner.batching`` (``old_logp_bt`` optional:
+    without it the ratio is against the learner's own logprobs, i.e. on-policy, and
+    truncated importance sampling corrects for the rollout engine's numerics).
+
+    With ``cfg.micro_batches`` > 1 the rows are split (:func:`micro_batches`) and a
+    ``lax.scan`` sums the micro-batches' gradients, each loss divided by the whole
+    batch's denominator: the update of the whole batch at a fraction of the memory."""
+    denominator = agg_denominator(batch["mask_bt"], cfg.loss_agg)
+    micro = functools.partial(_micro_step, model=model, cfg=cfg)
+    if cfg.micro_batches <= 1:
+        loss, metrics, grads = micro(state.params, state.ref_params, batch, denominator)
+    else:
+
+        def body(carry, mb):
+            loss_c, m_c, g_c = carry
+            loss, m, g = micro(state.params, state.ref_params, mb, denominator)
+            m_c = {k: _COMBINE.get(k, jnp.add)(v, m[k]) for k, v in m_c.items()}
+            return (loss_c + loss, m_c, jax.tree.map(jnp.add, g_c, g)), None
+
+        mbs = micro_batches(batch, cfg.micro_batches)
+        first = jax.tree.map(lambda x: x[0], mbs)
+        shapes = jax.eval_shape(micro, state.params, state.ref_params, first, denominator)
+        zero_m = {
+            k: jnp.full(v.shape, _IDENTITY.get(k, 0.0), v.dtype) for k, v in shapes[1].items()
+        }
+        zero_g = jax.tree.map(jnp.zeros_like, state.params)
+        init = (jnp.zeros((), jnp.float32), zero_m, zero_g)
+        (loss, metrics, grads), _ = jax.lax.scan(body, init, mbs)
+    n = jnp.maximum(metrics["tokens"], 1.0)
+    metrics = {k: v / n if k in _TOKEN_MEANS else v for k, v in metrics.items()}
     tx = optimizer(cfg)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)

@@ -209,6 +209,14 @@ class LearnerConfig:
         2.0, "Cap of the truncated importance weight rollout vs learner; 0 disables.", ge=0
     )
     max_staleness: int = option(2, "Policy versions a token may lag behind.", ge=0)
+    micro_batches: int = option(
+        1,
+        "Gradient accumulation: a step's rows are split into this many micro-batches "
+        "whose gradients are summed before the one update (the same update; peak "
+        "activation memory falls about this many times). Rows per step are rounded up "
+        "to a multiple of micro_batches x the data x fsdp ways.",
+        ge=1,
+    )
     length_buckets: tuple[int, ...] = option(
         (256, 512, 1024), "Padded sequence lengths batches are packed into."
     )

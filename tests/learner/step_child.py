@@ -3,12 +3,13 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m tests.learner.step_child OUT_DIR
 
 Writes ``OUT_DIR/<mesh>.npz`` (the loss, the metrics and every updated parameter)
-for each mesh, so the parent compares them.
+for each mesh (and with gradient accumulation), so the parent compares them.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -23,11 +24,13 @@ from shared.config import LearnerConfig, MeshConfig
 from shared.wire import Trajectory, TrajectoryGroup
 from tests.learner.helpers import randomized
 
-MESHES = {
-    "single": (MeshConfig(data=1), 1),
-    "data8": (MeshConfig(data=8), 8),
-    "fsdp8": (MeshConfig(data=1, fsdp=8), 8),
-    "d2f2t2": (MeshConfig(data=2, fsdp=2, tensor=2), 8),
+MESHES = {  # name: (mesh, devices, micro-batches)
+    "single": (MeshConfig(data=1), 1, 1),
+    "data8": (MeshConfig(data=8), 8, 1),
+    "fsdp8": (MeshConfig(data=1, fsdp=8), 8, 1),
+    "d2f2t2": (MeshConfig(data=2, fsdp=2, tensor=2), 8, 1),
+    "single_micro4": (MeshConfig(data=1), 1, 4),  # gradient accumulation: the same step
+    "data4_micro4": (MeshConfig(data=4), 4, 4),
 }
 # Adam's first update is lr * g / (|g| + eps): its slope in g is up to lr / eps, so on
 # coordinates whose gradient is ~eps it amplifies the meshes' different reduction orders
@@ -68,11 +71,12 @@ def groups(seed: int = 0, n: int = 4, g: int = 4) -> list[TrajectoryGroup]:
 
 
 def run(name: str, out_dir: Path) -> None:
-    mesh_cfg, n = MESHES[name]
+    mesh_cfg, n, micro = MESHES[name]
     mesh = make_mesh(mesh_cfg, jax.devices()[:n])
     model = randomized(Model(tiny_config(num_layers=2), rngs=nnx.Rngs(0)))
-    state, shardings = new_state(model, mesh, CFG)
-    step = compile_step(model, mesh, CFG, shardings)
+    cfg = replace(CFG, micro_batches=micro)
+    state, shardings = new_state(model, mesh, cfg)
+    step = compile_step(model, mesh, cfg, shardings)
     packed = pack(groups(), rows=16, buckets=CFG.length_buckets)
     assert packed.shape[0] % rows_multiple(mesh) == 0
     state, metrics = step(state, packed.arrays)

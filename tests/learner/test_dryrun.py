@@ -34,3 +34,12 @@ def test_kl_adds_a_reference_copy(capsys):
     main(args)
     r = _report(capsys)
     assert r["reference"] == r["params"]
+
+
+def test_micro_batches_divide_the_activations_and_add_a_gradient_accumulator(capsys):
+    main(["--config", str(CONFIG), "--dry-run"])
+    whole = _report(capsys)
+    main(["--config", str(CONFIG), "--dry-run", "--set", "learner.micro_batches=4"])
+    micro = _report(capsys)
+    assert 3.5 < whole["activations"] / micro["activations"] < 4.5
+    assert abs(micro["grads"] - 2 * whole["grads"]) < 0.01  # GiB, as reported (3 decimals)
