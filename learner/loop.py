@@ -81,13 +81,14 @@ class Trainer:
 
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()
-        if step is None:
-            init = self.cfg.learner.init_checkpoint
-            if init:  # a warm start: its parameters, a fresh optimiser and step 0
-                with Checkpointer(Path(init), read_only=True) as src:
-                    r = src.restore(with_opt_state=False)
-                set_params(self.model, {k: np.asarray(v) for k, v in r.params.items()})
+        init = self.cfg.learner.init_checkpoint
+        if init:  # a warm start: its parameters (the initial policy, the KL reference)
+            with Checkpointer(Path(init), read_only=True) as src:
+                r = src.restore(with_opt_state=False)
+            set_params(self.model, {k: np.asarray(v) for k, v in r.params.items()})
+            if step is None:
                 log.info("starting from %s (step %d)", init, r.step)
+        if step is None:  # a fresh optimiser and step 0
             state, _ = new_state(self.model, self.mesh, self.cfg.learner)
             self.save(state, wait=True)  # step 0: what the inference servers start from
             return state
@@ -101,6 +102,7 @@ class Trainer:
         self.consumed = list(r.data_cursor.get("group_ids", []))
         ref = None
         if self.shardings.ref_params is not None:  # the reference: the initial policy
+            # (the model holds it: the warm start's parameters, or its initialisation)
             ref = shard(get_params(self.model), self.shardings.ref_params)
         rng = jax.device_put(r.rng, self.shardings.rng)
         step_arr = jax.device_put(np.int32(r.step), self.shardings.step)

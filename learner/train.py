@@ -63,7 +63,6 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.distributed import initialize
 
     initialize(cfg.mesh)
-    from learner.checkpoint import latest_committed_step
     from learner.embedded import Children, start_embedded, start_sidecar
     from learner.loop import Trainer
     from learner.pipeline import evaluate_test, summarize, warm_start
@@ -87,8 +86,8 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             if embedded:
                 if not web:  # web.url names a running local web, else start one
                     web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
-                fresh = latest_committed_step(run_dir / cfg.checkpoint.dir) is None
-                if cfg.sft.demos and fresh and not cfg.learner.init_checkpoint:
+                if cfg.sft.demos and not cfg.learner.init_checkpoint:
+                    # (a resumed run reuses the committed SFT checkpoint: its KL reference)
                     root = warm_start(cfg, cfg_args, run_dir, web, children)
                     cfg = replace(cfg, learner=replace(cfg.learner, init_checkpoint=str(root)))
             trainer = Trainer(cfg, run_dir)

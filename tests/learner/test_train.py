@@ -68,8 +68,24 @@ class FixedSidecar:
         self.leased.clear()
 
 
+def _warm_start(root: Path) -> Path:
+    """A checkpoint of the tiny model with moved weights: the runs' initial policy, which
+    their KL term must keep as its reference across a restart too."""
+    from flax import nnx
+
+    from learner.model import Model, get_params, tiny_config
+    from tests.learner.helpers import randomized
+
+    params = get_params(randomized(Model(tiny_config(), rngs=nnx.Rngs(0)), scale=0.05, seed=7))
+    with Checkpointer(root, async_save=False) as ck:
+        ck.save(0, params=params)
+        ck.wait()
+    return root
+
+
 def _args(url: str, run_dir: Path, name: str) -> list[str]:
     sets = [
+        f"learner.init_checkpoint={run_dir / 'warm'}", "learner.kl_coef=0.5",
         f'rollout.urls=["{url}"]', f"rollout.group_size={G}",
         f"learner.groups_per_step={GROUPS_PER_STEP}", f"learner.steps={STEPS}",
         "learner.warmup_steps=0", "learner.learning_rate=1e-3", "learner.length_buckets=[16, 32]",
@@ -94,6 +110,7 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
         "the resumed run ends with the parameters of an uninterrupted one; every group trained on exactly once",
     )
     data = [g for seed in range(4) for g in make_groups(seed, n=4, g=G)]  # 16 >= 6 x 2 groups
+    _warm_start(tmp_path / "warm")  # with a KL reference that a restart must restore
     # the same batches for both runs: every group has reward variance, none is dropped
     one = FixedSidecar(data)
     subprocess.run(_args(one.url, tmp_path, "straight"), cwd=REPO, check=True, timeout=300)
