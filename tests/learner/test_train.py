@@ -83,9 +83,10 @@ def _warm_start(root: Path) -> Path:
     return root
 
 
-def _args(url: str, run_dir: Path, name: str) -> list[str]:
-    sets = [
-        f"learner.init_checkpoint={run_dir / 'warm'}", "learner.kl_coef=0.5",
+def _args(url: str, run_dir: Path, name: str, warm: Path | None = None) -> list[str]:
+    """The run's command line; with ``warm``, it starts from that checkpoint with KL to it."""
+    sets = [] if warm is None else [f"learner.init_checkpoint={warm}", "learner.kl_coef=0.5"]
+    sets += [
         f'rollout.urls=["{url}"]', f"rollout.group_size={G}",
         f"learner.groups_per_step={GROUPS_PER_STEP}", f"learner.steps={STEPS}",
         "learner.warmup_steps=0", "learner.learning_rate=1e-3", "learner.length_buckets=[16, 32]",
@@ -110,13 +111,13 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
         "the resumed run ends with the parameters of an uninterrupted one; every group trained on exactly once",
     )
     data = [g for seed in range(4) for g in make_groups(seed, n=4, g=G)]  # 16 >= 6 x 2 groups
-    _warm_start(tmp_path / "warm")  # with a KL reference that a restart must restore
+    warm = _warm_start(tmp_path / "warm")  # with a KL reference a restart must restore
     # the same batches for both runs: every group has reward variance, none is dropped
     one = FixedSidecar(data)
-    subprocess.run(_args(one.url, tmp_path, "straight"), cwd=REPO, check=True, timeout=300)
+    subprocess.run(_args(one.url, tmp_path, "straight", warm), cwd=REPO, check=True, timeout=300)
 
     two = FixedSidecar(data)
-    proc = subprocess.Popen(_args(two.url, tmp_path, "crashed"), cwd=REPO)
+    proc = subprocess.Popen(_args(two.url, tmp_path, "crashed", warm), cwd=REPO)
     metrics = tmp_path / "crashed" / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
@@ -127,7 +128,7 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
     killed_at = len(metrics.read_text().splitlines())
     assert killed_at < STEPS
     two.restart()  # a sidecar restart: unacknowledged groups are served again
-    subprocess.run(_args(two.url, tmp_path, "crashed"), cwd=REPO, check=True, timeout=300)
+    subprocess.run(_args(two.url, tmp_path, "crashed", warm), cwd=REPO, check=True, timeout=300)
 
     want, want_cursor = _final(tmp_path / "straight")
     got, got_cursor = _final(tmp_path / "crashed")
