@@ -82,7 +82,9 @@ class Trainer:
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()
         init = self.cfg.learner.init_checkpoint
-        if init:  # a warm start: its parameters (the initial policy, the KL reference)
+        # A warm start's parameters: the initial policy, and on a resume the KL reference
+        # (not read on a resume without one: the checkpoint's parameters replace them).
+        if init and (step is None or self.shardings.ref_params is not None):
             with Checkpointer(Path(init), read_only=True) as src:
                 r = src.restore(with_opt_state=False)
             set_params(self.model, {k: np.asarray(v) for k, v in r.params.items()})
