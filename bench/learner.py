@@ -6,10 +6,20 @@ synthetic groups; tokens per second are timed after compilation, and achieved
 GFLOP/s = 6 x parameters x tokens / time (forward + backward, attention left
 out). The matmul peak is a jitted 2048 x 2048 f32 matmul timed in the same run.
 
-    python bench/learner.py [--steps 5]
+The long-context rows run the ~50M config on one group of 2 trajectories of
+4,096 tokens (``--long-length``), blockwise vs dense attention and remat on
+(``full``) vs off, with logprobs chunked by 512. Their FLOPs add the causal
+attention's matmuls (6 x T^2 x heads x head_dim per layer and row: QK^T and PV,
+forward and backward, over the causal half). Each variant is compiled first and
+XLA's memory analysis read; one whose peak exceeds ``--max-gib`` is reported as
+not run (``"skipped": "needs N GiB"``) rather than run out of memory.
+
+    python bench/learner.py [--steps 5] [--long-steps 2] [--long-length 4096] [--no-long]
 
 Final line: {"bench": "learner", "configs": [{"name", "params", "tokens_per_s",
-"achieved_gflops", "matmul_peak_gflops", "fraction_of_peak"}]}
+"achieved_gflops", "matmul_peak_gflops", "fraction_of_peak"}], "long": [{"name",
+"attention", "remat", "length", "tokens_per_s", "fraction_of_peak", "peak_gib",
+"compile_s"}]}
 """
 
 from __future__ import annotations
@@ -112,13 +122,75 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     }
 
 
+LONG_VARIANTS = (("blockwise", "full"), ("blockwise", "none"), ("dense", "full"), ("dense", "none"))
+
+
+def measure_long(
+    attention: str, remat: str, length: int, steps: int, peak: float, max_gib: float
+) -> dict:
+    """One long-context variant of the ~50M config: 2 rows of ``length`` tokens."""
+    cfg_model = tiny_config(**CONFIGS["50m"], max_position_embeddings=length)
+    model = Model(cfg_model, rngs=nnx.Rngs(0))
+    n_params = sum(int(np.prod(p.shape)) for p in param_info(model))
+    cfg = LearnerConfig(
+        length_buckets=(length,), warmup_steps=0, steps=100, attention=attention,
+        remat=remat, logprob_chunk=512, attention_block=512,
+    )  # fmt: skip
+    mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
+    packed = pack(groups(1, 2, length + 1, cfg_model.vocab_size), rows=2, buckets=(length,))
+    state, shardings = new_state(model, mesh, cfg)
+    batch = place_batch(packed.arrays, mesh)
+    t0 = time.perf_counter()
+    step = compile_step(model, mesh, cfg, shardings).lower(state, batch).compile()
+    compile_s = time.perf_counter() - t0
+    ma = step.memory_analysis()
+    need = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+            - ma.alias_size_in_bytes) / 2**30  # fmt: skip
+    row = {"name": "50m-long", "attention": attention, "remat": remat, "length": length,
+           "peak_gib": round(need, 2), "compile_s": round(compile_s, 1)}  # fmt: skip
+    if need > max_gib:
+        return {**row, "skipped": f"needs {need:.1f} GiB"}
+    tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
+    state, m = step(state, batch)  # the first run (allocations)
+    jax.block_until_ready(m)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        state, m = step(state, batch)
+    jax.block_until_ready(m)
+    dt = (time.perf_counter() - t0) / steps
+    c = cfg_model
+    attn_flops = 6 * c.num_layers * 2 * length**2 * c.num_heads * c.head_dim / 2  # causal
+    gflops = (6 * n_params * tokens + attn_flops) / dt / 1e9
+    return {
+        **row,
+        "tokens_per_s": round(tokens / dt, 1),
+        "fraction_of_peak": round(gflops / peak, 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5, help="timed steps per config")
+    ap.add_argument("--long-steps", type=int, default=2, help="timed steps per long variant")
+    ap.add_argument("--long-length", type=int, default=4096, help="tokens per long row")
+    ap.add_argument("--max-gib", type=float, default=16.0, help="skip variants needing more")
+    ap.add_argument("--no-long", action="store_true", help="only the short rows")
     args = ap.parse_args()
     peak = matmul_peak_gflops()
     configs = [measure(name, o, args.steps, peak) for name, o in CONFIGS.items()]
-    print(json.dumps({"bench": "learner", "configs": configs}))
+    for c in configs:
+        print(
+            f"{c['name']:>6}: {c['tokens_per_s']:>9,.1f} tokens/s, {c['fraction_of_peak']:.3f} of peak"
+        )
+    long = []
+    if not args.no_long:
+        for attention, remat in LONG_VARIANTS:
+            r = measure_long(
+                attention, remat, args.long_length, args.long_steps, peak, args.max_gib
+            )
+            long.append(r)
+            print(json.dumps(r))
+    print(json.dumps({"bench": "learner", "configs": configs, "long": long}))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,50 @@
 """Trajectory groups -> the padded arrays one train step consumes.
 
-Every sequence of a batch is right-padded to one length bucket (the smallest of
-``learner.length_buckets`` that holds the longest sequence, so a run compiles at
-most one program per bucket), and the batch has a fixed number of rows
-(``rows``): groups whose rewards all agree carry no GRPO signal and are dropped,
-and the rows they leave free are padding with an all-zero loss mask. A group
-whose per-token values are invalid (a loss mask other than 0/1, a non-finite
-logprob: :func:`shared.wire.check_values`, which decoding leaves to the
-consumer) is dropped too and counted in ``stats["invalid_groups"]``.
+Every batch has a fixed number of rows (``rows``) of one length bucket (the
+smallest of ``learner.length_buckets`` that holds the longest sequence, so a run
+compiles at most one program per bucket). Groups whose rewards all agree carry
+no GRPO signal and are dropped. A group whose per-token values are invalid (a
+loss mask other than 0/1, a non-finite logprob: :func:`shared.wire.check_values`,
+which decoding leaves to the consumer) is dropped too and counted in
+``stats["invalid_groups"]``.
 
 Rows are laid out for next-token prediction: column t of ``tokens_bt`` is the
 input at position t and column t of ``targets_bt`` is the token it predicts
 (input t + 1); ``mask_bt`` and ``rollout_logp_bt`` describe that target, i.e.
-they are the wire's ``loss_mask`` and ``logprobs`` shifted left by one.
+they are the wire's ``loss_mask`` and ``logprobs`` shifted left by one. A
+trajectory of L tokens takes L - 1 columns (fewer when the bucket truncates it).
+
+Unpacked (the default), each trajectory has a row of its own and the rows left
+free are padding with an all-zero loss mask. Packed (``packing=True``), the
+trajectories are placed first-fit-decreasing, several per row, each in a
+contiguous run of columns: ``segment_bt`` numbers them within the row (0 is
+padding), positions restart at 0 at each one's start, and the advantage is
+per token (``adv_bt``). When they do not fit in ``rows`` rows of the bucket,
+the next larger bucket is tried.
+
+The arrays (B = ``rows``, T = the bucket), in both layouts:
+
+- ``tokens_bt``, ``targets_bt`` int32: inputs and the tokens they predict (``pad_id``
+  on padding);
+- ``positions_bt`` int32: the input's position in its trajectory (unpacked: the
+  column, padding included; packed: restarting at 0 per trajectory, 0 on padding);
+- ``attn_bt`` int32: 1 on the columns of a trajectory, 0 on padding;
+- ``segment_bt`` int32: 0 on padding, k on the k-th trajectory of the row (1, 2, ...;
+  unpacked: equal to ``attn_bt``). The model attends only within a segment;
+- ``mask_bt`` float32: 1 where the target is trained on (the wire's loss mask, stale
+  tokens cleared); ``rollout_logp_bt`` float32: the target's rollout logprob;
+- ``loss_constant_b`` float32 (B,): every entry the Dr. GRPO normaliser of the
+  batch (``agg="constant"``): ``slots`` x the bucket of the longest trajectory, i.e.
+  the unpacked layout's rows x T, so that a packed batch's loss is the unpacked one;
+- ``adv_b`` float32 (B,) unpacked: the row's advantage; ``adv_bt`` float32 (B, T)
+  packed: each column's trajectory advantage (0 on padding);
+- ``old_logp_bt`` float32, with ``with_old_logp``: a copy of ``rollout_logp_bt``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,20 +54,39 @@ from shared.wire import TrajectoryGroup, WireError, check_values
 
 log = logging.getLogger(__name__)
 
-BATCH_KEYS = ("tokens_bt", "targets_bt", "positions_bt", "attn_bt", "mask_bt", "rollout_logp_bt")
+BATCH_KEYS = (
+    "tokens_bt", "targets_bt", "positions_bt", "attn_bt", "segment_bt", "mask_bt",
+    "rollout_logp_bt",
+)  # fmt: skip
 
 
 @dataclass
 class Packed:
     """One step's batch (numpy, host side) and what the loop logs about it."""
 
-    arrays: dict[str, np.ndarray]  # the BATCH_KEYS (B, T), "adv_b" (B,), maybe "old_logp_bt"
+    # the BATCH_KEYS (B, T), "loss_constant_b" (B,), "adv_b" (B,) unpacked or "adv_bt"
+    # (B, T) packed, maybe "old_logp_bt" (B, T): see the module's docstring
+    arrays: dict[str, np.ndarray]
     group_ids: list[str]  # every group consumed, dropped ones included
     stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.arrays["tokens_bt"].shape
+
+
+@dataclass
+class _Seq:
+    """One kept trajectory's per-token values (its staleness mask applied) and advantage."""
+
+    tokens: np.ndarray
+    mask: np.ndarray  # float32
+    logp: np.ndarray
+    adv: float
+
+    def positions(self, t: int) -> int:
+        """Prediction positions it takes in a row of ``t`` columns (truncated to ``t``)."""
+        return max(min(len(self.tokens) - 1, t), 0)
 
 
 def bucket_for(length: int, buckets: Sequence[int]) -> int:
@@ -74,13 +119,20 @@ def pack(
     max_staleness: int | None = None,
     with_old_logp: bool = False,
     pad_id: int = 0,
+    packing: bool = False,
+    slots: int | None = None,
 ) -> Packed:
     """Pack the kept groups' trajectories into ``rows`` rows of one length bucket.
 
     With ``policy_version`` and ``max_staleness``, tokens generated by a policy more
     than ``max_staleness`` versions old are masked out. ``with_old_logp`` adds
     ``old_logp_bt`` = the rollout logprobs (the ratio is then taken against the
-    behaviour policy itself rather than the learner's recomputation).
+    behaviour policy itself rather than the learner's recomputation). ``packing``
+    puts several trajectories in a row (see the module's docstring); ``slots`` is the
+    number of rows of the unpacked layout the batch stands for (default ``rows``),
+    which the Dr. GRPO normaliser ``loss_constant_b`` counts: pass the unpacked row
+    count when packing into fewer rows, and the loss is the unpacked one.
+    Raises ValueError when the trajectories do not fit.
     """
     adv, keep = advantages(groups, scale=scale_rewards)
     invalid = 0
@@ -93,21 +145,33 @@ def pack(
             invalid += 1
     kept = [(g, a) for g, a, k in zip(groups, adv, keep, strict=True) if k]
     n = sum(len(g) for g, _ in kept)
-    if n > rows:
+    if not packing and n > rows:
         raise ValueError(f"{n} trajectories of kept groups do not fit in {rows} rows")
     longest = max((int(g.lengths.max()) for g, _ in kept if len(g)), default=2)
     t = bucket_for(max(longest - 1, 1), buckets)
-    a = {
-        "tokens_bt": np.full((rows, t), pad_id, np.int32),
-        "targets_bt": np.full((rows, t), pad_id, np.int32),
-        "positions_bt": np.broadcast_to(np.arange(t, dtype=np.int32), (rows, t)).copy(),
-        "attn_bt": np.zeros((rows, t), np.int32),
-        "mask_bt": np.zeros((rows, t), np.float32),
-        "rollout_logp_bt": np.zeros((rows, t), np.float32),
-        "adv_b": np.zeros((rows,), np.float32),
-    }
-    row = 0
-    stale_tokens = 0
+    stale = [0]
+    seqs = list(_sequences(kept, policy_version, max_staleness, stale))
+    if packing:
+        a = _packed_rows(seqs, rows, t, buckets, pad_id)
+    else:
+        a = _one_per_row(seqs, rows, t, pad_id)
+    a["loss_constant_b"] = np.full(
+        (rows,), float((rows if slots is None else slots) * t), np.float32
+    )
+    if with_old_logp:
+        a["old_logp_bt"] = a["rollout_logp_bt"].copy()
+    stats = _stats(groups, keep, a, stale[0])
+    stats["invalid_groups"] = float(invalid)
+    return Packed(a, [g.group_id for g in groups], stats)
+
+
+def _sequences(
+    kept: list[tuple[TrajectoryGroup, np.ndarray]],
+    policy_version: int | None,
+    max_staleness: int | None,
+    stale_count: list[int],
+) -> Iterator[_Seq]:
+    """The kept trajectories in order, stale tokens masked (counted in ``stale_count[0]``)."""
     for g, adv_g in kept:
         cols = g.columns
         for i, (off, length) in enumerate(zip(g.offsets[:-1], g.lengths, strict=True)):
@@ -116,22 +180,90 @@ def pack(
             lp, ver = cols["logprobs"][seq], cols["versions"][seq]
             if policy_version is not None and max_staleness is not None:
                 stale = (ver >= 0) & (ver < policy_version - max_staleness) & (lm > 0)
-                stale_tokens += int(stale.sum())
+                stale_count[0] += int(stale.sum())
                 lm = np.where(stale, 0.0, lm)
-            m = min(int(length) - 1, t)  # prediction positions that fit
-            if m > 0:
-                a["tokens_bt"][row, :m] = tok[:m]
-                a["targets_bt"][row, :m] = tok[1 : m + 1]
-                a["attn_bt"][row, :m] = 1
-                a["mask_bt"][row, :m] = lm[1 : m + 1]
-                a["rollout_logp_bt"][row, :m] = lp[1 : m + 1]
-            a["adv_b"][row] = adv_g[i]
-            row += 1
-    if with_old_logp:
-        a["old_logp_bt"] = a["rollout_logp_bt"].copy()
-    stats = _stats(groups, keep, a, stale_tokens)
-    stats["invalid_groups"] = float(invalid)
-    return Packed(a, [g.group_id for g in groups], stats)
+            yield _Seq(tok, lm, lp, float(adv_g[i]))
+
+
+def _empty(rows: int, t: int, pad_id: int) -> dict[str, np.ndarray]:
+    return {
+        "tokens_bt": np.full((rows, t), pad_id, np.int32),
+        "targets_bt": np.full((rows, t), pad_id, np.int32),
+        "positions_bt": np.zeros((rows, t), np.int32),
+        "attn_bt": np.zeros((rows, t), np.int32),
+        "segment_bt": np.zeros((rows, t), np.int32),
+        "mask_bt": np.zeros((rows, t), np.float32),
+        "rollout_logp_bt": np.zeros((rows, t), np.float32),
+    }
+
+
+def _place(a: dict[str, np.ndarray], s: _Seq, row: int, col: int, m: int, segment: int) -> None:
+    """Write ``s``'s first ``m`` prediction positions at columns col .. col + m - 1 of ``row``."""
+    cols = slice(col, col + m)
+    a["tokens_bt"][row, cols] = s.tokens[:m]
+    a["targets_bt"][row, cols] = s.tokens[1 : m + 1]
+    a["attn_bt"][row, cols] = 1
+    a["segment_bt"][row, cols] = segment
+    a["mask_bt"][row, cols] = s.mask[1 : m + 1]
+    a["rollout_logp_bt"][row, cols] = s.logp[1 : m + 1]
+
+
+def _one_per_row(seqs: list[_Seq], rows: int, t: int, pad_id: int) -> dict[str, np.ndarray]:
+    a = _empty(rows, t, pad_id)
+    a["positions_bt"][:] = np.arange(t, dtype=np.int32)
+    a["adv_b"] = np.zeros((rows,), np.float32)
+    for row, s in enumerate(seqs):
+        m = s.positions(t)
+        if m > 0:
+            _place(a, s, row, 0, m, 1)
+        a["adv_b"][row] = s.adv
+    return a
+
+
+def _packed_rows(
+    seqs: list[_Seq], rows: int, t: int, buckets: Sequence[int], pad_id: int
+) -> dict[str, np.ndarray]:
+    """First-fit-decreasing into ``rows`` rows of ``t`` columns, else of a larger bucket."""
+    for tb in [t, *(int(b) for b in buckets if b > t)]:
+        sizes = [s.positions(tb) for s in seqs]
+        where = first_fit_decreasing(sizes, rows, tb)
+        if where is not None:
+            break
+    else:
+        raise ValueError(
+            f"{len(seqs)} trajectories of kept groups ({sum(sizes)} positions) do not fit "
+            f"in {rows} rows of {tb} tokens, even packed"
+        )
+    a = _empty(rows, tb, pad_id)
+    a["adv_bt"] = np.zeros((rows, tb), np.float32)
+    for s, m, (row, col, segment) in zip(seqs, sizes, where, strict=True):
+        if m > 0:
+            _place(a, s, row, col, m, segment)
+            a["positions_bt"][row, col : col + m] = np.arange(m, dtype=np.int32)
+            a["adv_bt"][row, col : col + m] = s.adv
+    return a
+
+
+def first_fit_decreasing(
+    sizes: Sequence[int], rows: int, t: int
+) -> list[tuple[int, int, int]] | None:
+    """Each item's (row, first column, segment number in the row), items taken longest
+    first (ties in order) into the first row with room; None when one finds none.
+    Empty items take no room (row -1, segment 0)."""
+    free = np.full(rows, t, np.int64)
+    count = np.zeros(rows, np.int64)
+    out = [(-1, 0, 0)] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        size = sizes[i]
+        if size <= 0:
+            continue
+        row = int(np.argmax(free >= size)) if rows else 0
+        if not rows or free[row] < size:
+            return None
+        count[row] += 1
+        out[i] = (row, int(t - free[row]), int(count[row]))
+        free[row] -= size
+    return out
 
 
 def _stats(
@@ -139,6 +271,7 @@ def _stats(
 ) -> dict[str, float]:
     rewards = np.concatenate([np.asarray(g.rewards, np.float64) for g in groups] or [np.zeros(0)])
     lengths = np.concatenate([g.lengths for g in groups] or [np.zeros(0)])
+    attn = a["attn_bt"]
     return {
         "reward": float(rewards.mean()) if rewards.size else 0.0,
         "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
@@ -149,4 +282,7 @@ def _stats(
         "loss_tokens": float(a["mask_bt"].sum()),
         "stale_tokens": float(stale),
         "bucket": float(a["tokens_bt"].shape[1]),
+        # real prediction positions over the batch's cells: what packing raises
+        "packing_efficiency": float(attn.sum()) / max(attn.size, 1),
+        "rows_used": float((attn.sum(axis=1) > 0).sum()),
     }

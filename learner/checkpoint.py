@@ -20,6 +20,7 @@ arrays land sharded on it, whatever mesh wrote them.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -209,7 +210,18 @@ class Checkpointer:
         ]
         md = self.manager.item_metadata(step)
         present = {name for name in ITEMS if (self.directory / str(step) / name).is_dir()}
-        items = {"params": ocp.args.StandardRestore(_targets(md["params"], shardings))}
+        unstacked = per_layer_names(md["params"])
+        if unstacked and with_opt_state and "opt_state" in present:
+            raise UnstackedCheckpointError(
+                f"{self.directory / str(step)} was written before the decoder blocks were "
+                "stacked (it holds per-layer parameters such as "
+                f"{sorted(unstacked)[0]!r}): its optimiser state cannot resume this run. "
+                "Its parameters still load: start a new run from them with "
+                f"learner.init_checkpoint = {str(self.directory)!r} (or export them with "
+                "`python -m learner.inspect export`)."
+            )
+        targets = _targets(md["params"], None if unstacked else shardings)
+        items = {"params": ocp.args.StandardRestore(targets)}
         if "rng" in present:
             items["rng"] = ocp.args.StandardRestore(_targets(md["rng"], None))
         if "tokenizer" in present:
@@ -220,9 +232,12 @@ class Checkpointer:
                 target = _targets(md["opt_state"], None)
             items["opt_state"] = ocp.args.StandardRestore(target)
         out = self.manager.restore(step, args=ocp.args.Composite(**items))
+        params = dict(out["params"])
+        if unstacked:
+            params = _place(stack_layers(params), shardings)
         return Restored(
             step=int(meta["step"]),
-            params=dict(out["params"]),
+            params=params,
             opt_state=out.get("opt_state"),
             rng=_rng(out.get("rng"), meta.get("rng_impl")),
             data_cursor=meta.get("data_cursor") or {},
@@ -247,6 +262,44 @@ class Checkpointer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class UnstackedCheckpointError(RuntimeError):
+    """A checkpoint of per-layer parameters asked to resume a run (its optimiser state)."""
+
+
+_PER_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+
+
+def per_layer_names(params_metadata: Any) -> list[str]:
+    """The parameter names of the layout before stacking (``layers.3.mlp.up_proj``), if any."""
+    tree = getattr(params_metadata, "tree", params_metadata) or {}
+    return [k for k in tree if isinstance(k, str) and _PER_LAYER.match(k)]
+
+
+def stack_layers(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Per-layer parameters (``layers.N.name``) stacked along a leading layer axis
+    (``layers.name``), the layout of :class:`learner.model.Model`; others kept."""
+    out: dict[str, Any] = {}
+    per_layer: dict[str, dict[int, Any]] = {}
+    for key, value in params.items():
+        m = _PER_LAYER.match(key)
+        if m is None:
+            out[key] = value
+        else:
+            per_layer.setdefault(f"layers.{m.group(2)}", {})[int(m.group(1))] = value
+    for name, by_index in per_layer.items():
+        if sorted(by_index) != list(range(len(by_index))):
+            raise ValueError(f"{name}: layers {sorted(by_index)} are not 0..{len(by_index) - 1}")
+        out[name] = np.stack([np.asarray(by_index[i]) for i in range(len(by_index))])
+    return out
+
+
+def _place(params: dict[str, Any], shardings: Any) -> dict[str, jax.Array]:
+    if isinstance(shardings, Mapping):
+        return {k: jax.device_put(v, shardings[k]) for k, v in params.items()}
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return {k: jax.device_put(v, shardings or default) for k, v in params.items()}
 
 
 def model_config_of(meta: Mapping[str, Any]) -> ModelConfig | None:

@@ -11,6 +11,13 @@ Shapes: B sequences (= groups x G samples, group-major), T tokens.
   aggregations: ``token_mean`` (over all unmasked tokens of the batch),
   ``seq_mean_token_mean`` (per sequence, then over sequences) and ``constant``
   (summed tokens over a fixed normaliser, as Dr. GRPO).
+
+Packed batches (several trajectories per row, ``learner.batching``) pass
+``segment_bt`` (B, T) int32: 0 on padding, 1, 2, ... for the trajectories of a row,
+each contiguous; a sequence is then a (row, segment), so every aggregation is the
+unpacked one (``constant`` given explicitly: a packed batch's rows x T is not the
+unpacked one's, :func:`agg_denominator`). The advantage is per row (B,) or per
+token (B, T).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ def grpo_loss(
     rollout_logp_bt: jax.Array | None = None,
     tis_cap: float = 0.0,
     denominator: jax.Array | None = None,
+    segment_bt: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The scalar loss to minimise and its metrics.
 
@@ -62,9 +70,11 @@ def grpo_loss(
     correcting for the mismatch between inference and learner numerics. With
     ``denominator`` (that of the whole batch, :func:`agg_denominator`), the token losses
     are summed and divided by it: a micro-batch's share of the whole batch's loss.
+    ``adv_b`` is (B,) (one advantage per row) or (B, T) (per token: packed rows);
+    ``segment_bt`` makes the sequences of :func:`aggregate` the rows' segments.
     """
     mask = mask_bt.astype(jnp.float32)
-    adv = adv_b[:, None]  # (B, 1)
+    adv = adv_b[:, None] if adv_b.ndim == 1 else adv_b  # (B, 1) or (B, T)
     log_ratio = (logp_bt - old_logp_bt) * mask
     ratio = jnp.exp(log_ratio)  # (B, T)
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -77,7 +87,7 @@ def grpo_loss(
         d = (ref_logp_bt - logp_bt) * mask
         kl = jnp.exp(d) - d - 1.0  # k3: unbiased, non-negative
         per_token = per_token + kl_coef * kl
-    loss = aggregate(per_token, mask, agg, constant, denominator)
+    loss = aggregate(per_token, mask, agg, constant, denominator, segment_bt)
     n = jnp.maximum(mask.sum(), 1.0)
     clip_frac = (((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)) * mask).sum() / n
     metrics = {
@@ -96,36 +106,68 @@ def aggregate(
     per_token_bt: jax.Array,
     mask_bt: jax.Array,
     agg: Aggregation,
-    constant: float | None = None,
+    constant: float | jax.Array | None = None,
     denominator: jax.Array | None = None,
+    segment_bt: jax.Array | None = None,
 ) -> jax.Array:
     """The token losses aggregated: a sum over what ``agg`` averages, divided by
-    :func:`agg_denominator` of these rows, or by ``denominator`` when given."""
+    :func:`agg_denominator` of these rows, or by ``denominator`` when given. With
+    ``segment_bt``, a sequence is a (row, segment) rather than a row."""
     mask = mask_bt.astype(jnp.float32)
     if agg == "seq_mean_token_mean":
-        per_seq = (per_token_bt * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
-        total = per_seq.sum()  # rows without tokens add 0
+        if segment_bt is None:
+            per_seq = (per_token_bt * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+        else:
+            sums = segment_sums(per_token_bt * mask, segment_bt)  # (B * (T + 1),)
+            per_seq = sums / jnp.maximum(segment_sums(mask, segment_bt), 1.0)
+        total = per_seq.sum()  # sequences without tokens add 0
     elif agg in ("token_mean", "constant"):
         total = (per_token_bt * mask).sum()
     else:
         raise ValueError(f"unknown loss aggregation {agg!r}")
     if denominator is None:
-        denominator = agg_denominator(mask_bt, agg, constant)
+        denominator = agg_denominator(mask_bt, agg, constant, segment_bt)
     return total / denominator
 
 
-def agg_denominator(mask_bt: jax.Array, agg: Aggregation, constant: float | None = None):
+def agg_denominator(
+    mask_bt: jax.Array,
+    agg: Aggregation,
+    constant: float | jax.Array | None = None,
+    segment_bt: jax.Array | None = None,
+):
     """What ``agg`` divides the summed token losses of these rows by: the tokens trained
-    on (``token_mean``), the rows with any (``seq_mean_token_mean``), or the constant
-    (default: the batch's size); at least 1."""
+    on (``token_mean``), the sequences with any (``seq_mean_token_mean``; with
+    ``segment_bt`` a sequence is a (row, segment)), or the constant (default: the
+    batch's size, rows x T); at least 1.
+
+    The default constant is that of an unpacked batch: a packed one (``segment_bt``
+    given) has fewer rows than trajectories, so ``constant`` must then be passed
+    (``learner.batching`` gives the unpacked layout's in ``loss_constant_b``); without
+    it this raises rather than silently change the loss's scale."""
     mask = mask_bt.astype(jnp.float32)
     if agg == "token_mean":
         return jnp.maximum(mask.sum(), 1.0)
     if agg == "seq_mean_token_mean":
-        return jnp.maximum((mask.sum(axis=1) > 0).sum().astype(jnp.float32), 1.0)
+        if segment_bt is None:
+            return jnp.maximum((mask.sum(axis=1) > 0).sum().astype(jnp.float32), 1.0)
+        live = segment_sums(mask, segment_bt) > 0
+        return jnp.maximum(live.sum().astype(jnp.float32), 1.0)
     if agg == "constant":
-        return jnp.float32(constant if constant is not None else mask.size)
+        if constant is None and segment_bt is not None:
+            raise ValueError(
+                "agg='constant' with segment ids needs an explicit constant (the unpacked "
+                "layout's rows x T: learner.batching's loss_constant_b)"
+            )
+        return jnp.asarray(constant if constant is not None else mask.size, jnp.float32)
     raise ValueError(f"unknown loss aggregation {agg!r}")
+
+
+def segment_sums(values_bt: jax.Array, segment_bt: jax.Array) -> jax.Array:
+    """(B * (T + 1),): the sum of ``values_bt`` over each (row, segment id in [0, T])."""
+    b, t = segment_bt.shape
+    ids = jnp.arange(b, dtype=jnp.int32)[:, None] * (t + 1) + segment_bt.astype(jnp.int32)
+    return jax.ops.segment_sum(values_bt.reshape(-1), ids.reshape(-1), num_segments=b * (t + 1))
 
 
 def token_entropy(logits_btv: jax.Array, mask_bt: jax.Array) -> jax.Array:

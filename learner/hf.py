@@ -46,6 +46,7 @@ class WeightMap:
     hf_name: str
     to_hf: Callable[[np.ndarray], np.ndarray]
     from_hf: Callable[[np.ndarray], np.ndarray]
+    layer: int | None = None  # a decoder block's: its index along the stacked ``layers`` axis
 
 
 def _same(x: np.ndarray) -> np.ndarray:
@@ -60,47 +61,39 @@ def weight_maps(cfg: ModelConfig) -> list[WeightMap]:
     if not cfg.tie_word_embeddings:
         out.append(WeightMap("lm_head", "lm_head.weight", np.transpose, np.transpose))
     for i in range(cfg.num_layers):
-        ours, theirs = f"layers.{i}", f"model.layers.{i}"
+
+        def add(ours: str, hf: str, to_hf=_same, from_hf=_same, i=i) -> None:
+            out.append(WeightMap(f"layers.{ours}", f"model.layers.{i}.{hf}", to_hf, from_hf, i))
+
         for norm in ("input_layernorm", "post_attention_layernorm"):
-            out.append(WeightMap(f"{ours}.{norm}.weight", f"{theirs}.{norm}.weight", _same, _same))
+            add(f"{norm}.weight", f"{norm}.weight")
         for name, heads in (("q", h), ("k", kv), ("v", kv)):
-            out.append(
-                WeightMap(
-                    f"{ours}.self_attn.{name}_proj",
-                    f"{theirs}.self_attn.{name}_proj.weight",
-                    lambda x: x.reshape(e, -1).T,
-                    lambda x, n=heads: x.T.reshape(e, n, d),
-                )
+            add(
+                f"self_attn.{name}_proj",
+                f"self_attn.{name}_proj.weight",
+                lambda x: x.reshape(e, -1).T,
+                lambda x, n=heads: x.T.reshape(e, n, d),
             )
             if cfg.qkv_bias:
-                out.append(
-                    WeightMap(
-                        f"{ours}.self_attn.{name}_bias",
-                        f"{theirs}.self_attn.{name}_proj.bias",
-                        lambda x: x.reshape(-1),
-                        lambda x, n=heads: x.reshape(n, d),
-                    )
+                add(
+                    f"self_attn.{name}_bias",
+                    f"self_attn.{name}_proj.bias",
+                    lambda x: x.reshape(-1),
+                    lambda x, n=heads: x.reshape(n, d),
                 )
-        out.append(
-            WeightMap(
-                f"{ours}.self_attn.o_proj",
-                f"{theirs}.self_attn.o_proj.weight",
-                lambda x: x.reshape(h * d, e).T,
-                lambda x: x.T.reshape(h, d, e),
-            )
+        if cfg.qk_norm:
+            for name in ("q", "k"):
+                add(f"self_attn.{name}_norm.weight", f"self_attn.{name}_norm.weight")
+        add(
+            "self_attn.o_proj",
+            "self_attn.o_proj.weight",
+            lambda x: x.reshape(h * d, e).T,
+            lambda x: x.T.reshape(h, d, e),
         )
         if cfg.o_bias:
-            out.append(
-                WeightMap(
-                    f"{ours}.self_attn.o_bias", f"{theirs}.self_attn.o_proj.bias", _same, _same
-                )
-            )
+            add("self_attn.o_bias", "self_attn.o_proj.bias")
         for proj in ("gate_proj", "up_proj", "down_proj"):
-            out.append(
-                WeightMap(
-                    f"{ours}.mlp.{proj}", f"{theirs}.mlp.{proj}.weight", np.transpose, np.transpose
-                )
-            )
+            add(f"mlp.{proj}", f"mlp.{proj}.weight", np.transpose, np.transpose)
     return out
 
 
@@ -133,7 +126,9 @@ def iter_tensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:
 def load_params(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
     """The model's parameters by path, read from an HF directory's safetensors."""
     by_name = {m.hf_name: m for m in weight_maps(cfg)}
-    params = {}
+    params: dict[str, np.ndarray] = {}
+    layers: dict[str, list[np.ndarray | None]] = {}
+    seen = set()
     for name, array in iter_tensors(path):
         m = by_name.get(name)
         if m is None:
@@ -142,10 +137,17 @@ def load_params(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
             if name.endswith("rotary_emb.inv_freq"):
                 continue  # a buffer older checkpoints saved; recomputed from the config
             raise KeyError(f"{path}: unexpected tensor {name}")
-        params[m.path] = np.asarray(m.from_hf(array))
-    missing = sorted(m.hf_name for m in by_name.values() if m.path not in params)
+        seen.add(name)
+        value = np.asarray(m.from_hf(array))
+        if m.layer is None:
+            params[m.path] = value
+        else:
+            layers.setdefault(m.path, [None] * cfg.num_layers)[m.layer] = value
+    missing = sorted(set(by_name) - seen)
     if missing:
         raise KeyError(f"{path}: missing tensors {missing[:5]}{'...' if len(missing) > 5 else ''}")
+    for name, per_layer in layers.items():  # the blocks' weights, stacked along the layer axis
+        params[name] = np.stack(per_layer)
     return params
 
 
@@ -167,7 +169,8 @@ def hf_tensors(model: Model, dtype: str = "bfloat16") -> dict[str, np.ndarray]:
     params = {k: np.asarray(v) for k, v in get_params(model).items()}
     out = {}
     for m in weight_maps(model.cfg):
-        out[m.hf_name] = np.ascontiguousarray(m.to_hf(params[m.path])).astype(NP_DTYPES[dtype])
+        value = params[m.path] if m.layer is None else params[m.path][m.layer]
+        out[m.hf_name] = np.ascontiguousarray(m.to_hf(value)).astype(NP_DTYPES[dtype])
     return out
 
 

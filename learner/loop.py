@@ -62,9 +62,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model, self.tokenizer_dir = build_model(cfg)
         self.mesh = make_mesh(cfg.mesh)
-        self.rows = _round_up(
-            cfg.learner.groups_per_step * cfg.rollout.group_size,
-            rows_multiple(self.mesh) * cfg.learner.micro_batches,
+        multiple = rows_multiple(self.mesh) * cfg.learner.micro_batches
+        self.rows = _round_up(cfg.learner.groups_per_step * cfg.rollout.group_size, multiple)
+        self.packed_rows = (
+            _round_up(cfg.learner.packed_rows, multiple) if cfg.learner.packed_rows else self.rows
         )
         self.ckpt_root = (self.run_dir / cfg.checkpoint.dir).absolute()
         self.ckpt = Checkpointer(self.ckpt_root, max_to_keep=cfg.checkpoint.max_to_keep)
@@ -78,6 +79,25 @@ class Trainer:
         self.tensorboard = _tensorboard(self.run_dir)
 
     # -------------------------------------------------------------- state
+
+    def _pack(self, groups: list) -> Any:
+        """One step's batch: packed into ``packed_rows`` rows when packing is on (into one
+        row per trajectory when they do not fit there), else one trajectory per row."""
+        lc = self.cfg.learner
+        kw = dict(
+            buckets=lc.length_buckets,
+            scale_rewards=lc.scale_rewards,
+            policy_version=self.version,
+            max_staleness=lc.max_staleness,
+            pad_id=self.model.cfg.pad_token_id or 0,
+        )
+        if not lc.packing:
+            return pack(groups, rows=self.rows, **kw)
+        try:
+            return pack(groups, rows=self.packed_rows, packing=True, slots=self.rows, **kw)
+        except ValueError as e:
+            log.warning("packing into %d rows: %s; using %d rows", self.packed_rows, e, self.rows)
+            return pack(groups, rows=self.rows, packing=True, slots=self.rows, **kw)
 
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()
@@ -154,15 +174,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 groups = source.take(lc.groups_per_step, consumed)
                 t_wait = time.perf_counter() - t0
-                packed = pack(
-                    groups,
-                    rows=self.rows,
-                    buckets=lc.length_buckets,
-                    scale_rewards=lc.scale_rewards,
-                    policy_version=self.version,
-                    max_staleness=lc.max_staleness,
-                    pad_id=self.model.cfg.pad_token_id or 0,
-                )
+                packed = self._pack(groups)
                 batch = place_batch(packed.arrays, self.mesh)
                 self.state, m = self.step_fn(self.state, batch)
                 m = {k: _finite(v) for k, v in jax.device_get(m).items()}

@@ -1,6 +1,6 @@
 """The decoder's architecture as a frozen config, read from and written to HF ``config.json``.
 
-Hugging Face ships Llama and Qwen2 configs in several spellings across
+Hugging Face ships Llama, Qwen2 and Qwen3 configs in several spellings across
 ``transformers`` versions (``rope_theta`` + ``rope_scaling`` with ``type`` or
 ``rope_type``; since v5 one ``rope_parameters`` table); :meth:`ModelConfig.from_hf_config`
 reads all of them and refuses what the model does not implement (other
@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 SUPPORTED_ROPE = ("linear", "llama3")
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
 
 
 class UnsupportedConfig(ValueError):
@@ -74,7 +78,7 @@ def _doc(text: str, default: Any = dataclass) -> Any:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A Llama / Qwen2 decoder's shape and numerics."""
+    """A Llama / Qwen2 / Qwen3 decoder's shape and numerics."""
 
     vocab_size: int = _doc("Tokens in the vocabulary (rows of the embedding).")
     hidden_size: int = _doc("Width of the residual stream (d_model).")
@@ -83,7 +87,9 @@ class ModelConfig:
     num_heads: int = _doc("Query heads.")
     num_kv_heads: int = _doc("Key/value heads (grouped-query attention; divides num_heads).")
     head_dim: int = _doc("Width of one head.")
-    model_type: Literal["llama", "qwen2"] = _doc("HF model_type written on export.", "qwen2")
+    model_type: Literal["llama", "qwen2", "qwen3"] = _doc(
+        "HF model_type written on export.", "qwen2"
+    )
     max_position_embeddings: int = _doc("Longest sequence the model is meant for.", 1024)
     rms_norm_eps: float = _doc("RMSNorm epsilon.", 1e-6)
     rope_theta: float = _doc("RoPE base.", 10000.0)
@@ -92,6 +98,7 @@ class ModelConfig:
     )
     qkv_bias: bool = _doc("Biases on the q, k, v projections (Qwen2).", False)
     o_bias: bool = _doc("Bias on the output projection (Llama attention_bias).", False)
+    qk_norm: bool = _doc("RMSNorm over each head's queries and keys before RoPE (Qwen3).", False)
     tie_word_embeddings: bool = _doc("The LM head reuses the embedding matrix.", False)
     bos_token_id: int | None = _doc("Begin-of-sequence token, if the model has one.", None)
     eos_token_ids: tuple[int, ...] = _doc("Tokens that end generation.", ())
@@ -112,14 +119,18 @@ class ModelConfig:
         # attention_bias switches all four together
         if self.model_type == "qwen2" and (not self.qkv_bias or self.o_bias):
             raise UnsupportedConfig("qwen2 has q/k/v biases and no o_proj bias")
-        if self.model_type == "llama" and self.qkv_bias != self.o_bias:
-            raise UnsupportedConfig("llama's attention_bias sets q/k/v and o_proj biases together")
+        if self.model_type in ("llama", "qwen3") and self.qkv_bias != self.o_bias:
+            raise UnsupportedConfig(
+                f"{self.model_type}'s attention_bias sets q/k/v and o_proj biases together"
+            )
+        if self.qk_norm != (self.model_type == "qwen3"):
+            raise UnsupportedConfig("q/k norms are qwen3's, and qwen3 always has them")
 
     @classmethod
     def from_hf_config(
         cls, d: dict[str, Any], *, param_dtype: str = "float32", dtype: str = "float32"
     ) -> ModelConfig:
-        """Read a HF ``config.json`` dict of a Llama or Qwen2 model."""
+        """Read a HF ``config.json`` dict of a Llama, Qwen2 or Qwen3 model."""
         model_type = d.get("model_type")
         if model_type not in ARCHITECTURES:
             raise UnsupportedConfig(
@@ -147,6 +158,7 @@ class ModelConfig:
             rope_scaling=scaling,
             qkv_bias=True if model_type == "qwen2" else attention_bias,
             o_bias=False if model_type == "qwen2" else attention_bias,
+            qk_norm=model_type == "qwen3",
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
@@ -188,6 +200,15 @@ class ModelConfig:
         }
         if self.model_type == "qwen2":
             out.update(use_sliding_window=False, sliding_window=None, attention_dropout=0.0)
+        elif self.model_type == "qwen3":
+            out.update(
+                attention_bias=self.qkv_bias,
+                use_sliding_window=False,
+                sliding_window=None,
+                max_window_layers=self.num_layers,
+                layer_types=["full_attention"] * self.num_layers,
+                attention_dropout=0.0,
+            )
         else:
             out.update(attention_bias=self.qkv_bias, mlp_bias=False, attention_dropout=0.0)
         return out
@@ -199,6 +220,7 @@ class ModelConfig:
         attn = e * h * d * 2 + e * kv * d * 2
         attn += (h + 2 * kv) * d if self.qkv_bias else 0
         attn += e if self.o_bias else 0
+        attn += 2 * d if self.qk_norm else 0
         per_layer = attn + 3 * e * m + 2 * e
         head = 0 if self.tie_word_embeddings else e * self.vocab_size
         return self.vocab_size * e + self.num_layers * per_layer + e + head
@@ -212,6 +234,9 @@ def _refuse_unsupported(d: dict[str, Any]) -> None:
         raise UnsupportedConfig("mlp_bias = true is not supported")
     if d.get("use_sliding_window"):
         raise UnsupportedConfig("use_sliding_window = true is not supported")
+    kinds = set(d.get("layer_types") or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise UnsupportedConfig(f"layer_types {sorted(kinds)}: only full_attention is supported")
     rope = d.get("rope_parameters") or {}
     partial = rope.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
     if partial != 1.0:

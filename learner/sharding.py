@@ -23,6 +23,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # logical axis -> mesh axis (or None: replicated)
 RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("batch", ("data", "fsdp")),
+    ("layers", None),  # the stacked decoder blocks' leading axis: each device holds every layer
     ("vocab", "tensor"),
     ("embed", "fsdp"),
     ("mlp", "tensor"),

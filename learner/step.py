@@ -2,10 +2,13 @@
 
 :class:`TrainState` is one pytree: step, parameters (flat dict by dotted path),
 optimiser state, PRNG key, and the frozen reference parameters when a KL term is
-on. :func:`train_step` is pure: the policy's token logprobs through
-``learner.model.apply``, the GRPO loss, its gradient, one AdamW update (warm-up
-then cosine, global-norm clipping), and metrics (loss terms, entropy, gradient
-norm, learning rate). :func:`compile_step` jits it once with the mesh's
+on. :func:`train_step` is pure: the policy's token logprobs (:func:`token_logprobs`:
+``learner.decoder`` with the configured remat, layer scan and attention kernel,
+then ``learner.logprobs`` chunk by chunk, so no (B, T, vocab) array is held), the
+GRPO loss, its gradient, one AdamW update (warm-up then cosine or constant,
+global-norm clipping), and metrics (loss terms, entropy, gradient norm, learning
+rate). A batch may carry the reference's logprobs (``ref_logp_bt``); only without
+them does the step run the reference's forward pass itself. :func:`compile_step` jits it once with the mesh's
 shardings (the state donated, the batch split over ``("data", "fsdp")``).
 """
 
@@ -21,8 +24,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from learner.grpo import agg_denominator, grpo_loss, token_entropy
-from learner.model import Model, apply, get_params
+from learner import decoder
+from learner.decoder import Options
+from learner.grpo import agg_denominator, grpo_loss
+from learner.logprobs import chunked_token_logprobs
+from learner.model import Model, get_params
 from learner.sharding import param_shardings
 from shared.config import LearnerConfig
 
@@ -39,7 +45,12 @@ class TrainState(NamedTuple):
 
 
 def lr_schedule(cfg: LearnerConfig) -> optax.Schedule:
-    """Linear warm-up to the peak, then cosine decay to ``LR_FLOOR`` x peak at ``cfg.steps``."""
+    """Linear warm-up to the peak, then cosine decay to ``LR_FLOOR`` x peak at ``cfg.steps``
+    (or the peak held, ``lr_schedule = "constant"``)."""
+    if cfg.lr_schedule == "constant":
+        if cfg.warmup_steps == 0:
+            return optax.constant_schedule(cfg.learning_rate)
+        return optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
     decay = max(cfg.steps, cfg.warmup_steps + 1)
     return optax.warmup_cosine_decay_schedule(
         0.0, cfg.learning_rate, cfg.warmup_steps, decay, end_value=LR_FLOOR * cfg.learning_rate
@@ -56,8 +67,9 @@ def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
 def init_state(
     params: Mapping[str, jax.Array], cfg: LearnerConfig, *, with_ref: bool | None = None
 ) -> TrainState:
-    """A fresh state (step 0) around ``params``; the reference is a copy when KL is on."""
-    params = dict(params)
+    """A fresh state (step 0) around a copy of ``params`` (the step donates its state, so
+    the caller's arrays stay alive); the reference is another copy when KL is on."""
+    params = {k: jnp.copy(v) for k, v in params.items()}
     with_ref = cfg.kl_coef > 0 if with_ref is None else with_ref
     return TrainState(
         step=jnp.zeros((), jnp.int32),
@@ -69,13 +81,29 @@ def init_state(
 
 
 def token_logprobs(
-    model: Model, params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]
-) -> tuple[jax.Array, jax.Array]:
-    """(log p(target_t | inputs_<=t) (B, T), logits (B, T, V)) under ``params``."""
-    logits_btv = apply(model, params, batch["tokens_bt"], batch["positions_bt"], batch["attn_bt"])
-    logp_btv = jax.nn.log_softmax(logits_btv, axis=-1)
-    logp_bt = jnp.take_along_axis(logp_btv, batch["targets_bt"][..., None], axis=-1)[..., 0]
-    return logp_bt, logits_btv
+    model: Model,
+    params: Mapping[str, jax.Array],
+    batch: Mapping[str, jax.Array],
+    cfg: LearnerConfig | None = None,
+    *,
+    with_entropy: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+    """(log p(target_t | inputs_<=t) (B, T), the policy's entropy there (B, T) or None)
+    under ``params``, run as ``cfg`` says (remat, attention kernel, layer scan, logprob
+    chunk; default: dense, unchunked). Tokens see earlier tokens of their own segment
+    (``segment_bt``, else ``attn_bt``: 0 = padding)."""
+    opts = Options.of(cfg) if cfg is not None else Options()
+    segments = batch.get("segment_bt", batch["attn_bt"])
+    h_bte, _ = decoder.hidden(
+        model.cfg, params, batch["tokens_bt"], batch["positions_bt"], segments, opts
+    )
+    return chunked_token_logprobs(
+        h_bte,
+        functools.partial(decoder.unembed, model.cfg, params),
+        batch["targets_bt"],
+        chunk=cfg.logprob_chunk if cfg is not None else 0,
+        with_entropy=with_entropy,
+    )
 
 
 # Metrics that are means over the tokens trained on: micro-batches' values are weighted
@@ -102,18 +130,18 @@ def micro_batches(batch: Mapping[str, jax.Array], n: int) -> dict[str, jax.Array
 def _micro_step(params, ref_params, mb, denominator, *, model: Model, cfg: LearnerConfig):
     """One micro-batch: (its share of the loss, metrics as sums, gradients)."""
     mask_bt = mb["mask_bt"]
-    ref_logp_bt = None
-    if ref_params is not None:
-        ref_logp_bt = jax.lax.stop_gradient(token_logprobs(model, ref_params, mb)[0])
+    ref_logp_bt = mb.get("ref_logp_bt")  # given with the batch: no reference forward here
+    if ref_logp_bt is None and ref_params is not None and cfg.kl_coef > 0:
+        ref_logp_bt = jax.lax.stop_gradient(token_logprobs(model, ref_params, mb, cfg)[0])
 
     def loss_fn(params):
-        logp_bt, logits_btv = token_logprobs(model, params, mb)
+        logp_bt, ent_bt = token_logprobs(model, params, mb, cfg, with_entropy=True)
         old = mb.get("old_logp_bt")
         old_logp_bt = jax.lax.stop_gradient(logp_bt) if old is None else old
         loss, m = grpo_loss(
             logp_bt,
             old_logp_bt,
-            mb["adv_b"],
+            mb["adv_bt"] if "adv_bt" in mb else mb["adv_b"],  # packed rows: per token
             mask_bt,
             clip_low=cfg.clip_eps_low,
             clip_high=cfg.clip_eps_high,
@@ -123,9 +151,10 @@ def _micro_step(params, ref_params, mb, denominator, *, model: Model, cfg: Learn
             rollout_logp_bt=mb["rollout_logp_bt"],
             tis_cap=cfg.tis_cap,
             denominator=denominator,
+            segment_bt=mb.get("segment_bt"),
         )
-        m["entropy"] = token_entropy(jax.lax.stop_gradient(logits_btv), mask_bt)
         n = jnp.maximum(mask_bt.sum(), 1.0)
+        m["entropy"] = (ent_bt * mask_bt).sum() / n
         m["rollout_kl"] = ((mb["rollout_logp_bt"] - logp_bt) * mask_bt).sum() / n
         for k in _TOKEN_MEANS:  # means over this micro-batch's tokens -> sums
             m[k] = m[k] * m["tokens"]
@@ -145,7 +174,8 @@ def train_step(
     With ``cfg.micro_batches`` > 1 the rows are split (:func:`micro_batches`) and a
     ``lax.scan`` sums the micro-batches' gradients, each loss divided by the whole
     batch's denominator: the update of the whole batch at a fraction of the memory."""
-    denominator = agg_denominator(batch["mask_bt"], cfg.loss_agg)
+    constant = batch["loss_constant_b"][0] if "loss_constant_b" in batch else None
+    denominator = agg_denominator(batch["mask_bt"], cfg.loss_agg, constant, batch.get("segment_bt"))
     micro = functools.partial(_micro_step, model=model, cfg=cfg)
     if cfg.micro_batches <= 1:
         loss, metrics, grads = micro(state.params, state.ref_params, batch, denominator)
@@ -225,8 +255,17 @@ def rows_multiple(mesh: Mesh) -> int:
     return int(mesh.shape["data"] * mesh.shape["fsdp"])
 
 
-def compile_step(model: Model, mesh: Mesh, cfg: LearnerConfig, state_sh: Any = None):
-    """``train_step`` jitted once: state donated, shardings from the mesh rules."""
+def one_device_mesh() -> Mesh:
+    """The mesh of this process's first device (a step used directly, without a config)."""
+    from learner.sharding import make_mesh
+
+    return make_mesh(devices=jax.local_devices()[:1])
+
+
+def compile_step(model: Model, mesh: Mesh | None, cfg: LearnerConfig, state_sh: Any = None):
+    """``train_step`` jitted once: state donated, shardings from the mesh rules (no mesh:
+    one device)."""
+    mesh = mesh if mesh is not None else one_device_mesh()
     state_sh = state_sh if state_sh is not None else state_shardings(model, mesh, cfg)
     replicated = NamedSharding(mesh, PartitionSpec())
     return jax.jit(
@@ -253,13 +292,17 @@ def place_state(state: TrainState, shardings: Any) -> TrainState:
     return jax.tree.map(place, state, shardings)
 
 
-def place_batch(arrays: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
+def place_batch(arrays: Mapping[str, Any], mesh: Mesh | None) -> dict[str, jax.Array]:
     """The packed batch as global arrays, rows split over the data and fsdp axes."""
+    mesh = mesh if mesh is not None else one_device_mesh()
     sh = batch_sharding(mesh)
     return {k: place(v, sh) for k, v in arrays.items()}
 
 
-def new_state(model: Model, mesh: Mesh, cfg: LearnerConfig) -> tuple[TrainState, Any]:
-    """A fresh state from ``model``'s parameters, placed on ``mesh``; (state, shardings)."""
+def new_state(model: Model, mesh: Mesh | None, cfg: LearnerConfig) -> tuple[TrainState, Any]:
+    """A fresh state from a copy of ``model``'s parameters (the model keeps its own, even
+    after the state is donated to a step), placed on ``mesh`` (none: one device);
+    (state, shardings)."""
+    mesh = mesh if mesh is not None else one_device_mesh()
     sh = state_shardings(model, mesh, cfg)
     return place_state(init_state(get_params(model), cfg), sh), sh

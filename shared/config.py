@@ -193,6 +193,10 @@ class LearnerConfig:
     groups_per_step: int = option(16, "GRPO groups per optimiser step.", ge=1)
     learning_rate: float = option(1e-4, "Peak learning rate.", gt=0, le=1)
     warmup_steps: int = option(10, "Linear warm-up steps.", ge=0)
+    lr_schedule: Literal["cosine", "constant"] = option(
+        "cosine",
+        "After the warm-up: `cosine` decays to 0.1 x the peak at `steps`; `constant` holds it.",
+    )
     weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
     adam_eps: float = option(
         1e-8, "AdamW epsilon: added to the root of the second moment.", gt=0, le=1
@@ -222,6 +226,47 @@ class LearnerConfig:
     )
     param_dtype: Literal["float32", "bfloat16"] = option("float32", "Parameter dtype.")
     compute_dtype: Literal["float32", "bfloat16"] = option("float32", "Compute dtype.")
+    remat: Literal["none", "full", "dots_no_batch"] = option(
+        "none",
+        "Rematerialisation of each decoder block in the backward pass: `none` keeps every "
+        "activation, `full` recomputes the block (only its input is saved), "
+        "`dots_no_batch` saves the matmul outputs without batch dimensions (the weights' "
+        "products) and recomputes the rest (MaxText's `minimal`).",
+    )
+    scan_layers: bool = option(
+        True,
+        "Run the decoder blocks under one lax.scan over the stacked layer parameters "
+        "(compile time flat in depth); false unrolls them (same numbers).",
+    )
+    attention: Literal["auto", "dense", "blockwise", "cudnn"] = option(
+        "auto",
+        "Attention kernel of the train step: `dense` holds the T x T scores, `blockwise` is "
+        "a flash-style online softmax in JAX (no T x T memory, every backend), `cudnn` is "
+        "jax.nn.dot_product_attention's cuDNN kernel (GPU); `auto` takes cudnn on GPU, "
+        "else blockwise above attention_block tokens and dense at or below.",
+    )
+    attention_block: int = option(
+        512, "Query and key block length of the blockwise attention.", ge=16
+    )
+    logprob_chunk: int = option(
+        1024,
+        "Token logprobs and entropy are computed this many positions at a time (the "
+        "unembedding inside the chunk, recomputed in the backward pass), so no "
+        "(B, T, vocab) array is held; 0 computes all positions at once.",
+        ge=0,
+    )
+    packing: bool = option(
+        False,
+        "Pack several trajectories into each row (segment ids, positions restarting per "
+        "trajectory, no attention across them); the GRPO loss is the unpacked one.",
+    )
+    packed_rows: int = option(
+        0,
+        "Rows of a packed step (learner.packing); 0 keeps one row per trajectory. Fewer rows "
+        "than trajectories is where packing saves memory and time; a step whose trajectories "
+        "do not fit is packed into one row per trajectory instead (a second compiled shape).",
+        ge=0,
+    )
     eval_every: int = option(50, "Steps between dev-split evaluations; 0 disables.", ge=0)
     eval_tasks: int = option(100, "Dev-split tasks per evaluation.", ge=1)
     test_tasks: int = option(

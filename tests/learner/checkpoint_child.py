@@ -105,7 +105,7 @@ def restore(directory: str, out: str) -> None:
         assert len(arr.sharding.device_set) == 8
     split = [k for k, v in r.params.items() if any(v.sharding.spec)]
     assert r.params["embed_tokens"].sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
-    assert "layers.0.mlp.up_proj" in split
+    assert "layers.mlp.up_proj" in split
     assert r.data_cursor == {"groups_seen": 96} and r.metrics == {"loss": 0.25}
     assert r.run_config() == load(None, ["learner.learning_rate=3e-4"]) != RunConfig()
     assert r.model_config == CONFIG

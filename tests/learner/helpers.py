@@ -21,7 +21,7 @@ def randomized(model: Model, scale: float = 0.1, seed: int = 0) -> Model:
 
 def small_model(seed: int = 0, **overrides) -> Model:
     """A 2-layer tiny-vocabulary model with random weights of a realistic scale."""
-    cfg = tiny_config(num_layers=2, **overrides)
+    cfg = tiny_config(**{"num_layers": 2, **overrides})
     return randomized(Model(cfg, rngs=nnx.Rngs(seed)), seed=seed)
 
 

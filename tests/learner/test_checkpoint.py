@@ -117,3 +117,31 @@ def test_an_async_save_is_invisible_until_committed(tmp_path):
     r = ck.restore(1)  # once listed, the step is whole
     assert np.array_equal(r.params["w"], params["w"])
     ck.close()
+
+
+def test_a_checkpoint_of_per_layer_parameters_loads_stacked_and_refuses_to_resume(tmp_path):
+    """Checkpoints written before the blocks were stacked (``layers.N.name``) still give
+    their parameters (stacked), but resuming their optimiser state is refused, saying what
+    to do instead."""
+    from learner.checkpoint import UnstackedCheckpointError, stack_layers
+
+    model = small_model()  # 2 layers
+    stacked = {k: np.asarray(v) for k, v in get_params(model).items()}
+    old = {}
+    for k, v in stacked.items():
+        if k.startswith("layers."):
+            for i in range(v.shape[0]):
+                old[f"layers.{i}.{k[len('layers.') :]}"] = v[i]
+        else:
+            old[k] = v
+    assert set(stack_layers(old)) == set(stacked)
+    tx = optax.adam(1e-3)
+    with Checkpointer(tmp_path / "old") as ck:
+        ck.save(7, params=old, opt_state=tx.init(old), force=True)
+    ck = Checkpointer(tmp_path / "old", read_only=True)
+    r = ck.restore(with_opt_state=False)
+    assert set(r.params) == set(stacked)
+    for k, v in stacked.items():
+        np.testing.assert_array_equal(np.asarray(r.params[k]), v)
+    with pytest.raises(UnstackedCheckpointError, match="init_checkpoint"):
+        ck.restore()

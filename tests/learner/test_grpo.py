@@ -1,10 +1,11 @@
 """GRPO math with hand-derived numbers (the arithmetic in the comments)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.grpo import aggregate, group_advantages, grpo_loss, token_entropy
+from learner.grpo import agg_denominator, aggregate, group_advantages, grpo_loss, token_entropy
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -115,3 +116,85 @@ def test_entropy_of_a_uniform_policy_is_log_v():
 def test_unknown_aggregation_is_refused():
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         aggregate(jnp.zeros((1, 1)), jnp.ones((1, 1)), "median")
+
+
+# ----------------------------------------------------------------------------- packed rows
+# Segment ids (B, T): 0 is padding, 1, 2, ... the trajectories of a row; advantages per token.
+
+
+def test_packed_row_aggregates_per_trajectory():
+    # The two sequences of test_masked_tokens_do_not_count_and_aggregations_differ in one row:
+    # segment 1 = 1 token (A = 1, loss -1), segment 2 = 3 tokens (A = 3, loss -3 each).
+    # token_mean: (-1 - 9) / 4 = -2.5; seq_mean_token_mean: (-1 + -9 / 3) / 2 = -2.0, as
+    # unpacked; the row taken as one sequence would instead give -10 / 4 = -2.5.
+    # constant 8: -10 / 8 = -1.25
+    z = jnp.zeros((1, 4))
+    mask, seg = jnp.ones((1, 4)), jnp.array([[1, 2, 2, 2]])
+    adv = jnp.array([[1.0, 3.0, 3.0, 3.0]])
+    for agg, want in {"token_mean": -2.5, "seq_mean_token_mean": -2.0}.items():
+        loss, _ = grpo_loss(z, z, adv, mask, agg=agg, segment_bt=seg)
+        np.testing.assert_allclose(loss, want, rtol=1e-6)
+    loss, _ = grpo_loss(z, z, adv, mask, agg="seq_mean_token_mean")  # no segment ids
+    np.testing.assert_allclose(loss, -2.5, rtol=1e-6)
+    loss, _ = grpo_loss(z, z, adv, mask, agg="constant", constant=8.0, segment_bt=seg)
+    np.testing.assert_allclose(loss, -1.25, rtol=1e-6)
+
+
+def test_segments_without_trained_tokens_and_padding_do_not_count():
+    # row 0: segment 1 (A = 5) all masked, segment 2 two tokens of A = 1 (-1 each), padding;
+    # row 1: segment 1, three tokens of A = 2 (-2 each), two padding columns.
+    # seq_mean_token_mean: segments with tokens: (-1) and (-2) -> (-1 + -2) / 2 = -1.5
+    # (counting row 0's segment 1 would give -3 / 3 = -1.0); token_mean: (-2 - 6) / 5 = -1.6
+    seg = jnp.array([[1, 1, 2, 2, 0], [1, 1, 1, 0, 0]])
+    mask = jnp.array([[0, 0, 1, 1, 0], [1, 1, 1, 0, 0]])
+    adv = jnp.array([[5.0, 5, 1, 1, 0], [2, 2, 2, 0, 0]])
+    z = jnp.zeros((2, 5))
+    loss, _ = grpo_loss(z, z, adv, mask, agg="seq_mean_token_mean", segment_bt=seg)
+    np.testing.assert_allclose(loss, -1.5, rtol=1e-6)
+    np.testing.assert_allclose(agg_denominator(mask, "seq_mean_token_mean", segment_bt=seg), 2.0)
+    loss, _ = grpo_loss(z, z, adv, mask, agg="token_mean", segment_bt=seg)
+    np.testing.assert_allclose(loss, -1.6, rtol=1e-6)
+
+
+def test_packed_gradient_is_per_trajectory_under_jit():
+    # ratio 1.1 (inside [0.8, 1.2]): per token -1.1 A, d/dlogp = -1.1 A (d ratio/d logp = ratio).
+    # seq_mean over 2 segments: segment 1 (1 token, A = 1): -1.1 * 1 / (1 * 2) = -0.55;
+    # segment 2 (2 tokens, A = 3): -1.1 * 3 / (2 * 2) = -0.825 each;
+    # loss (-1.1 + (-3.3 - 3.3) / 2) / 2 = -2.2
+    seg, mask = jnp.array([[1, 2, 2]]), jnp.ones((1, 3))
+    adv = jnp.array([[1.0, 3.0, 3.0]])
+
+    @jax.jit
+    def f(logp):
+        return grpo_loss(logp, jnp.zeros((1, 3)), adv, mask, agg="seq_mean_token_mean",
+                         segment_bt=seg)[0]  # fmt: skip
+
+    loss, grad = jax.value_and_grad(f)(jnp.full((1, 3), np.log(1.1), jnp.float32))
+    np.testing.assert_allclose(loss, -2.2, rtol=1e-6)
+    np.testing.assert_allclose(grad, [[-0.55, -0.825, -0.825]], rtol=1e-5)
+
+
+def test_row_advantages_broadcast_like_per_token_ones():
+    # adv (B,) = [1, 3] is adv (B, T) = [[1, 1, 1], [3, 3, 3]]: the masked example's -2.5 / -2.0
+    mask = jnp.array([[1, 0, 0], [1, 1, 1]])
+    z = jnp.zeros((2, 3))
+    adv_bt = jnp.array([[1.0, 1, 1], [3, 3, 3]])
+    for agg, want in {"token_mean": -2.5, "seq_mean_token_mean": -2.0}.items():
+        np.testing.assert_allclose(grpo_loss(z, z, adv_bt, mask, agg=agg)[0], want, rtol=1e-6)
+
+
+def test_constant_with_segment_ids_must_be_given():
+    # a packed batch's rows x T is not the unpacked one's: no silent default
+    seg = jnp.array([[1, 2]])
+    with pytest.raises(ValueError, match="explicit constant"):
+        agg_denominator(jnp.ones((1, 2)), "constant", segment_bt=seg)
+    # a traced/array constant works (learner.batching's loss_constant_b): -2 tokens x 1 / 8
+    loss, _ = grpo_loss(
+        jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.ones((1, 2)), jnp.ones((1, 2)),
+        agg="constant", constant=jnp.float32(8.0), segment_bt=seg,
+    )  # fmt: skip
+    np.testing.assert_allclose(loss, -0.25, rtol=1e-6)
+    # unpacked (no segment ids) the default stays the batch's size, 1 x 2: -2 / 2
+    loss, _ = grpo_loss(jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.ones(1), jnp.ones((1, 2)),
+                        agg="constant")  # fmt: skip
+    np.testing.assert_allclose(loss, -1.0, rtol=1e-6)

@@ -31,7 +31,16 @@ def _hf_model(kind: str):
         num_attention_heads=4,
         max_position_embeddings=512,
     )
-    if kind == "qwen2":  # GQA, q/k/v bias, tied embeddings
+    if kind.startswith("qwen3"):  # per-head q/k norms, no biases, an explicit head_dim
+        cfg = transformers.Qwen3Config(
+            **common,
+            num_key_value_heads=2,
+            head_dim=24,  # != hidden / heads = 16
+            rope_theta=1_000_000.0,
+            tie_word_embeddings=kind == "qwen3_tied",
+        )
+        cls = transformers.Qwen3ForCausalLM
+    elif kind == "qwen2":  # GQA, q/k/v bias, tied embeddings
         cfg = transformers.Qwen2Config(**common, num_key_value_heads=2, tie_word_embeddings=True)
         cls = transformers.Qwen2ForCausalLM
     elif kind == "llama3":  # untied, llama3 RoPE scaling over a short original context
@@ -66,7 +75,7 @@ def _hf_model(kind: str):
     return torch, model
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "llama3", "llama_linear_bias"])
+@pytest.mark.parametrize("kind", ["qwen2", "llama3", "llama_linear_bias", "qwen3", "qwen3_tied"])
 def test_logits_match_transformers(tmp_path, kind):
     torch, ref_model = _hf_model(kind)
     ref_model.save_pretrained(tmp_path)
@@ -100,8 +109,16 @@ def test_sharded_checkpoint_with_index_loads(tmp_path):
     np.testing.assert_allclose(forward(load_hf(tmp_path), jnp.asarray(ids)), ref, atol=1e-4, rtol=0)
 
 
-def test_export_import_is_bit_exact_in_float32(tmp_path):
-    model = small_model(model_type="llama", tie_word_embeddings=False, qkv_bias=True, o_bias=True)
+@pytest.mark.parametrize(
+    "arch",
+    [
+        dict(model_type="llama", tie_word_embeddings=False, qkv_bias=True, o_bias=True),
+        dict(model_type="qwen3", tie_word_embeddings=False, qkv_bias=False, qk_norm=True),
+    ],
+    ids=["llama", "qwen3"],
+)
+def test_export_import_is_bit_exact_in_float32(tmp_path, arch):
+    model = small_model(**arch)
     export_hf(
         model,
         tmp_path / "out",
@@ -114,7 +131,8 @@ def test_export_import_is_bit_exact_in_float32(tmp_path):
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 1 and all((out / s).is_file() for s in shards)
     config = json.loads((out / "config.json").read_text())
-    assert config["torch_dtype"] == "float32" and config["architectures"] == ["LlamaForCausalLM"]
+    arch_name = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch["model_type"]]
+    assert config["torch_dtype"] == "float32" and config["architectures"] == [arch_name]
     assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
     loaded = load_hf(out)
     assert loaded.cfg == model.cfg

@@ -68,7 +68,12 @@ def test_table_lists_step_parameters_and_totals(ckpt):
     n = sum(v.size for v in pa.values())
     assert "step 10" in text and "committed: [10, 20]" in text
     assert "loss=1.25" in text and "groups_seen=160" in text
-    assert "embed_tokens" in text and "4096x128" in text and "layers.1.mlp.down_proj" in text
+    assert (
+        "embed_tokens" in text
+        and "4096x128" in text
+        and "layers.mlp.down_proj" in text
+        and "2x384x128" in text
+    )
     assert f"total: {n:,} parameters" in text and "optimizer state:" in text
     assert "qwen2, 2 layers, d_model 128" in text
 

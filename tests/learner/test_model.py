@@ -130,14 +130,18 @@ def test_tiny_config_fits_its_tokenizer_and_budget():
 
 
 def test_every_parameter_has_logical_axes():
-    known = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm"}
-    infos = param_info(Model(tiny_config(num_layers=1), rngs=nnx.Rngs(0)))
+    known = {"vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "norm", "layers"}
+    infos = param_info(Model(tiny_config(num_layers=3), rngs=nnx.Rngs(0)))
     for p in infos:
         assert len(p.axes) == len(p.shape) and set(p.axes) <= known, p
-    by_path = {p.path: p.axes for p in infos}
-    assert by_path["embed_tokens"] == ("vocab", "embed")
-    assert by_path["layers.0.mlp.gate_proj"] == ("embed", "mlp")
-    assert by_path["layers.0.self_attn.q_proj"] == ("embed", "heads", "head_dim")
+    by_path = {p.path: p for p in infos}
+    assert by_path["embed_tokens"].axes == ("vocab", "embed")
+    assert by_path["norm.weight"].axes == ("norm",)
+    # the blocks' parameters are stacked along a leading layer axis
+    assert by_path["layers.mlp.gate_proj"].axes == ("layers", "embed", "mlp")
+    assert by_path["layers.mlp.gate_proj"].shape == (3, 128, 384)
+    assert by_path["layers.self_attn.q_proj"].axes == ("layers", "embed", "heads", "head_dim")
+    assert all(p.path.startswith("layers.") == (p.axes[0] == "layers") for p in infos)
 
 
 def test_bfloat16_params_and_compute():

@@ -276,3 +276,52 @@ async def test_pause_abort_mode_aborts_running_and_holds_new(server):
     await post(server, "/continue_generation")
     status, item = await held
     assert status == 200 and len(item["output_ids"]) == 2
+
+
+async def test_qwen3_served_logprobs_equal_the_train_steps(tmp_path):
+    """A Qwen3 model (per-head q/k norms, no biases, head_dim != hidden / heads) served from
+    its HF export: sampled tokens' logprobs equal those of the train step's own path
+    (blockwise attention, chunked logprobs, remat, layers scanned) within 1e-5."""
+    import jax.numpy as jnp
+
+    from learner.step import token_logprobs
+    from shared.config import LearnerConfig
+
+    cfg = tiny_config(model_type="qwen3", qkv_bias=False, qk_norm=True, head_dim=48)
+    model = randomized(Model(cfg, rngs=nnx.Rngs(5)), scale=0.05, seed=5)
+    export_hf(model, tmp_path / "qwen3", tokenizer_dir=TINY_TOKENIZER_DIR, dtype="float32")
+    log = (tmp_path / "serve.log").open("w")
+    proc, url = start_server(
+        ["learner.serve", "--hf", str(tmp_path / "qwen3"), "--port", "0", "--max-batch", "4"],
+        "serving on",
+        log=log,
+    )
+    try:
+        body = {
+            "input_ids": PROMPT,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 24, "seed": 7},
+            "return_logprob": True,
+        }
+        status, item = await post(url, "/generate", body)
+    finally:
+        stop_server(proc)
+        log.close()
+    assert status == 200
+    seq = PROMPT + item["output_ids"]
+    t = 64
+    tokens = np.zeros((1, t), np.int32)
+    tokens[0, : len(seq) - 1] = seq[:-1]
+    targets = np.zeros((1, t), np.int32)
+    targets[0, : len(seq) - 1] = seq[1:]
+    attn = (np.arange(t) < len(seq) - 1).astype(np.int32)[None]
+    batch = {
+        "tokens_bt": jnp.asarray(tokens),
+        "targets_bt": jnp.asarray(targets),
+        "positions_bt": jnp.arange(t)[None],
+        "attn_bt": jnp.asarray(attn),
+    }
+    lc = LearnerConfig(attention="blockwise", attention_block=16, logprob_chunk=16, remat="full")
+    logp, _ = token_logprobs(model, get_params(model), batch, lc)
+    ours = np.asarray(logp)[0, len(PROMPT) - 1 : len(seq) - 1]
+    served = [lp for lp, _, _ in item["meta_info"]["output_token_logprobs"]]
+    np.testing.assert_allclose(served, ours, atol=1e-5, rtol=0)

@@ -1,0 +1,288 @@
+"""The decoder's forward pass as pure functions of the flat parameter dict.
+
+Parameters are those of :class:`learner.model.Model` by dotted path; every decoder
+block's parameters are stacked along a leading layer axis (``layers.mlp.up_proj``
+is (L, E, M)), so the blocks run under one ``lax.scan`` (``scan_layers``: the
+program holds one block however deep the model, and compiles in the same time)
+or unrolled over slices of the same arrays (the same numbers).
+
+:class:`Options` says how the step runs, not what it computes:
+
+- ``remat``: ``none`` keeps every activation of every block for the backward
+  pass; ``full`` wraps each block in ``jax.checkpoint`` with nothing saved (only
+  the block's input is kept, the block is recomputed); ``dots_no_batch`` saves
+  the outputs of matmuls without batch dimensions (the projections by the
+  weights) and recomputes the rest (MaxText's ``minimal`` policy).
+- ``attention``: the kernel of the full-sequence path (:mod:`learner.attention`);
+  the KV-cache decode path always attends densely over its cache.
+
+Segment ids (B, T) say which tokens may see each other: 0 is padding, and a key
+is visible to a query when it is not later and has the query's segment (several
+trajectories packed in one row never attend across).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from learner.modelconfig import ModelConfig
+
+Params = Mapping[str, jax.Array]
+KVCache = tuple[jax.Array, jax.Array]  # (k, v), each (L, B, Hkv, S, D)
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT = ("none", "full", "dots_no_batch")
+_NEG = float(np.finfo(np.float32).min)
+LAYERS = "layers."
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the forward pass runs (the numbers are the same whichever is chosen)."""
+
+    attention: str = "dense"  # dense | blockwise | cudnn | auto (learner.attention.resolve)
+    attention_block: int = 512
+    remat: Literal["none", "full", "dots_no_batch"] = "none"
+    scan_layers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.remat not in REMAT:
+            raise ValueError(f"remat {self.remat!r}: expected one of {', '.join(REMAT)}")
+
+    @classmethod
+    def of(cls, learner_cfg: Any) -> Options:
+        """The options a ``LearnerConfig`` asks for."""
+        return cls(
+            attention=learner_cfg.attention,
+            attention_block=learner_cfg.attention_block,
+            remat=learner_cfg.remat,
+            scan_layers=learner_cfg.scan_layers,
+        )
+
+
+DEFAULT_OPTIONS = Options()
+
+# ----------------------------------------------------------------------------- rotary
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+    """Inverse frequencies of the rotary embedding, scaled as ``rope_scaling`` says. (D/2,)"""
+    dim = cfg.head_dim
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim
+    inv = (1.0 / (np.float32(cfg.rope_theta) ** exponents)).astype(np.float32)
+    s = cfg.rope_scaling
+    if s is None:
+        return inv
+    if s.rope_type == "linear":
+        return (inv / np.float32(s.factor)).astype(np.float32)
+    # llama3: long wavelengths slowed by `factor`, short ones kept, a smooth blend between
+    old = s.original_max_position_embeddings
+    low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    scaled = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+    smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(inv_freq: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """cos, sin for ``positions`` (B, T): each (B, 1, T, D), halves repeated as in HF."""
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # (B, T, D/2)
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, None]
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate ``x`` (B, H, T, D) by the tables; the rotate-half convention of HF Llama."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return (x * cos + rotated * sin).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------- one block
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last axis in float32, scaled by ``weight`` in ``x``'s dtype (as HF)."""
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return weight.astype(x.dtype) * x32.astype(x.dtype)
+
+
+def _project(cfg: ModelConfig, p: Params, x: jax.Array, name: str) -> jax.Array:
+    """x (B, T, E) -> (B, H, T, D) with the bias and the per-head norm, if any."""
+    dt = x.dtype
+    y = jnp.einsum("bte,ehd->bhtd", x, p[f"self_attn.{name}_proj"].astype(dt))
+    if cfg.qkv_bias:
+        y = y + p[f"self_attn.{name}_bias"].astype(dt)[None, :, None, :]
+    if cfg.qk_norm and name in ("q", "k"):
+        y = rms_norm(y, p[f"self_attn.{name}_norm.weight"], cfg.rms_norm_eps)
+    return y
+
+
+def qkv(cfg: ModelConfig, p: Params, x: jax.Array, cos: jax.Array, sin: jax.Array):
+    """The block's queries (B, H, T, D), keys and values (B, Hkv, T, D), rotated."""
+    h = rms_norm(x, p["input_layernorm.weight"], cfg.rms_norm_eps)
+    q = apply_rope(_project(cfg, p, h, "q"), cos, sin)
+    k = apply_rope(_project(cfg, p, h, "k"), cos, sin)
+    return q, k, _project(cfg, p, h, "v")
+
+
+def attend_dense(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """q (B, H, T, D) over k, v (B, Hkv, S, D); mask (B, T, S) True = visible -> (B, H, T, D)."""
+    b, h, t, d = q.shape
+    kvh = k.shape[1]
+    qg = q.reshape(b, kvh, h // kvh, t, d)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = jnp.where(mask[:, None, None], scores / math.sqrt(d), _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bksd->bkgtd", probs, v).reshape(b, h, t, d)
+
+
+def finish_block(cfg: ModelConfig, p: Params, x: jax.Array, heads: jax.Array) -> jax.Array:
+    """The residual stream after the block, from the attention's heads (B, H, T, D)."""
+    y = jnp.einsum("bhtd,hde->bte", heads, p["self_attn.o_proj"].astype(heads.dtype))
+    if cfg.o_bias:
+        y = y + p["self_attn.o_bias"].astype(y.dtype)
+    x = x + y.astype(x.dtype)
+    h = rms_norm(x, p["post_attention_layernorm.weight"], cfg.rms_norm_eps)
+    dt = h.dtype
+    gate = jax.nn.silu(h @ p["mlp.gate_proj"].astype(dt))
+    return x + (gate * (h @ p["mlp.up_proj"].astype(dt))) @ p["mlp.down_proj"].astype(dt)
+
+
+# ----------------------------------------------------------------------------- the stack
+
+
+def layer_params(params: Params) -> dict[str, jax.Array]:
+    """The stacked block parameters, named without the ``layers.`` prefix: (L, ...) each."""
+    return {k[len(LAYERS) :]: v for k, v in params.items() if k.startswith(LAYERS)}
+
+
+def _policy(remat: str) -> Any:
+    if remat == "full":
+        return jax.checkpoint_policies.nothing_saveable
+    return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+
+
+def run_layers(
+    body: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any, opts: Options
+) -> tuple[Any, Any]:
+    """``lax.scan(body, carry, xs)`` over the layer axis, or the same loop unrolled;
+    ``body`` under ``jax.checkpoint`` when ``opts.remat`` asks for it."""
+    if opts.remat != "none":
+        body = jax.checkpoint(body, policy=_policy(opts.remat), prevent_cse=not opts.scan_layers)
+    if opts.scan_layers:
+        return jax.lax.scan(body, carry, xs)
+    n = jax.tree.leaves(xs)[0].shape[0]
+    ys = []
+    for i in range(n):
+        carry, y = body(carry, jax.tree.map(lambda a, i=i: a[i], xs))
+        ys.append(y)
+    return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys) if ys[0] is not None else None
+
+
+def embed(cfg: ModelConfig, params: Params, tokens: jax.Array) -> jax.Array:
+    return jnp.take(params["embed_tokens"], tokens, axis=0).astype(DTYPES[cfg.dtype])
+
+
+def unembed(cfg: ModelConfig, params: Params, h: jax.Array) -> jax.Array:
+    """Final hidden states (..., E) -> float32 logits (..., V)."""
+    h = rms_norm(h, params["norm.weight"], cfg.rms_norm_eps)
+    if cfg.tie_word_embeddings:
+        w = params["embed_tokens"].astype(h.dtype)
+        return jnp.einsum("...e,ve->...v", h, w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(h.dtype)
+    return jnp.einsum("...e,ev->...v", h, w, preferred_element_type=jnp.float32)
+
+
+def hidden(
+    cfg: ModelConfig,
+    params: Params,
+    tokens: jax.Array,
+    positions: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    opts: Options = DEFAULT_OPTIONS,
+    *,
+    return_kv: bool = False,
+) -> tuple[jax.Array, KVCache | None]:
+    """Causal pass over tokens (B, T): pre-norm hidden states (B, T, E), and with
+    ``return_kv`` every layer's keys and values (L, B, Hkv, T, D).
+
+    ``segment_ids`` (B, T): 0 = padding, tokens see earlier tokens of their own
+    segment only (default: one segment, no padding); ``positions`` default to 0..T-1.
+    """
+    from learner.attention import attention, resolve
+
+    b, t = tokens.shape
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(t), (b, t))
+    if segment_ids is None:
+        segment_ids = jnp.ones((b, t), jnp.int32)
+    segment_ids = segment_ids.astype(jnp.int32)
+    x = embed(cfg, params, tokens)
+    impl = resolve(opts.attention, t, opts.attention_block)
+    if impl == "cudnn" and opts.attention == "auto" and x.dtype == jnp.float32:
+        impl = "blockwise"  # cuDNN's kernel takes 16-bit inputs only
+    cos, sin = rope_tables(jnp.asarray(rope_inv_freq(cfg)), positions)
+    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+
+    def body(x, p):
+        q, k, v = qkv(cfg, p, x, cos, sin)
+        heads = attention(q, k, v, segment_ids, impl=impl, block=opts.attention_block)
+        return finish_block(cfg, p, x, heads), ((k, v) if return_kv else None)
+
+    x, kv = run_layers(body, x, layer_params(params), opts)
+    return x, kv
+
+
+def prefill(
+    cfg: ModelConfig, params: Params, tokens: jax.Array, lengths: jax.Array, cache_len: int
+) -> tuple[jax.Array, jax.Array, KVCache]:
+    """Right-padded prompts (B, P) of ``lengths`` (B,) -> (logits at each row's last prompt
+    token (B, V), final hidden states (B, P, E), a cache of length ``cache_len`` >= P)."""
+    p = tokens.shape[1]
+    valid = (jnp.arange(p)[None] < lengths[:, None]).astype(jnp.int32)
+    h, (k, v) = hidden(cfg, params, tokens, segment_ids=valid, return_kv=True)
+    last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
+    pad = ((0, 0), (0, 0), (0, 0), (0, cache_len - p), (0, 0))
+    return unembed(cfg, params, last), h, (jnp.pad(k, pad), jnp.pad(v, pad))
+
+
+def _cache_write(cache: jax.Array, new: jax.Array, pos: jax.Array) -> jax.Array:
+    """cache (B, H, S, D) with new (B, H, 1, D) written at pos (B,)."""
+    rows = jnp.arange(cache.shape[0])
+    return cache.at[rows, :, pos].set(new[:, :, 0].astype(cache.dtype), mode="drop")
+
+
+def decode(
+    cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array, cache: KVCache
+) -> tuple[jax.Array, KVCache]:
+    """One token per row: tokens (B,) at positions (B,) -> logits (B, V), updated cache.
+
+    Each row attends to its cache entries at positions <= its own; entries past it
+    (prompt padding, stale tokens) are hidden, so rows may be at different positions.
+    """
+    s = cache[0].shape[3]
+    cos, sin = rope_tables(jnp.asarray(rope_inv_freq(cfg)), positions[:, None])
+    mask = (jnp.arange(s)[None] <= positions[:, None])[:, None, :]  # (B, 1, S)
+    x = embed(cfg, params, tokens[:, None])
+    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+
+    def body(x, layer):
+        p, k_cache, v_cache = layer
+        q, k, v = qkv(cfg, p, x, cos, sin)
+        k_cache = _cache_write(k_cache, k, positions)
+        v_cache = _cache_write(v_cache, v, positions)
+        heads = attend_dense(q, k_cache, v_cache, mask)
+        return finish_block(cfg, p, x, heads), (k_cache, v_cache)
+
+    x, new_cache = run_layers(body, x, (layer_params(params), *cache), DEFAULT_OPTIONS)
+    return unembed(cfg, params, x[:, 0]), new_cache

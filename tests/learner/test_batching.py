@@ -1,0 +1,277 @@
+"""Sequence packing: the layout (hand-derived), its invariants on random groups, and a GRPO
+loss and gradient equal to the unpacked layout's for every aggregation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from learner.batching import advantages, first_fit_decreasing, pack
+from learner.grpo import grpo_loss
+from shared.wire import Trajectory, TrajectoryGroup
+
+
+def _traj(gid: str, i: int, tokens, mask, logp, reward: float, versions=None) -> Trajectory:
+    n = len(tokens)
+    return Trajectory(
+        task_id="t",
+        group_id=gid,
+        sample_index=i,
+        tokens=np.asarray(tokens, np.int32),
+        loss_mask=np.asarray(mask, np.uint8),
+        logprobs=np.asarray(logp, np.float32),
+        versions=np.asarray(versions if versions is not None else [0] * n, np.int32),
+        reward=reward,
+    )
+
+
+def _small_groups() -> list[TrajectoryGroup]:
+    # a: rewards (1, 0) -> advantages (+1, -1); b: rewards (0, 1) -> (-1, +1) (eps aside).
+    # lengths 5, 3 | 3, 2 -> prediction positions 4, 2 | 2, 1 (9 in all)
+    a = TrajectoryGroup(
+        "a",
+        "t",
+        [
+            _traj("a", 0, [10, 11, 12, 13, 14], [0, 1, 1, 0, 1], [0, -1, -2, -3, -4], 1.0),
+            _traj("a", 1, [20, 21, 22], [0, 1, 1], [0, -5, -6], 0.0),
+        ],
+    )
+    b = TrajectoryGroup(
+        "b",
+        "t",
+        [
+            _traj("b", 0, [30, 31, 32], [0, 0, 1], [0, -7, -8], 0.0),
+            _traj("b", 1, [40, 41], [0, 1], [0, -9], 1.0),
+        ],
+    )
+    return [a, b]
+
+
+def test_first_fit_decreasing_places_longest_first():
+    # sizes 2, 4, 1, 2 into 2 rows of 4: 4 -> row 0 (col 0); 2 -> row 1 (col 0);
+    # 2 -> row 1 (col 2); 1 -> no room left anywhere -> None; empty items take no room
+    assert first_fit_decreasing([2, 4, 1, 2], 2, 4) is None
+    assert first_fit_decreasing([2, 4, 2, 0], 2, 4) == [(1, 0, 1), (0, 0, 1), (1, 2, 2), (-1, 0, 0)]
+
+
+def test_packed_layout_by_hand():
+    # sizes a0 4, a1 2, b0 2, b1 1 in 3 rows of bucket 4 (the longest, 4 positions, fits 4):
+    # FFD: a0 -> row 0; a1 -> row 1 cols 0-1; b0 -> row 1 cols 2-3; b1 -> row 2
+    p = pack(_small_groups(), rows=3, buckets=(4, 8), packing=True)
+    x = p.arrays
+    assert p.shape == (3, 4)
+    np.testing.assert_array_equal(
+        x["tokens_bt"], [[10, 11, 12, 13], [20, 21, 30, 31], [40, 0, 0, 0]]
+    )
+    np.testing.assert_array_equal(
+        x["targets_bt"], [[11, 12, 13, 14], [21, 22, 31, 32], [41, 0, 0, 0]]
+    )
+    np.testing.assert_array_equal(x["segment_bt"], [[1, 1, 1, 1], [1, 1, 2, 2], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(x["positions_bt"], [[0, 1, 2, 3], [0, 1, 0, 1], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(x["attn_bt"], [[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0]])
+    # masks and logprobs of the targets (shifted left by one)
+    np.testing.assert_array_equal(x["mask_bt"], [[1, 1, 0, 1], [1, 1, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_allclose(
+        x["rollout_logp_bt"], [[-1, -2, -3, -4], [-5, -6, -7, -8], [-9, 0, 0, 0]]
+    )
+    np.testing.assert_allclose(
+        x["adv_bt"], [[1, 1, 1, 1], [-1, -1, -1, -1], [1, 0, 0, 0]], atol=1e-5
+    )
+    assert "adv_b" not in x and "old_logp_bt" not in x
+    # Dr. GRPO normaliser: 3 rows x bucket 4 in every row
+    np.testing.assert_array_equal(x["loss_constant_b"], [12, 12, 12])
+    # 9 real positions of 3 x 4 cells
+    assert p.stats["packing_efficiency"] == pytest.approx(9 / 12)
+    assert p.stats["rows_used"] == 3 and p.stats["bucket"] == 4
+
+
+def test_falls_back_to_a_larger_bucket_then_refuses():
+    # 2 rows of 4 hold a0 (row 0) and a1 + b0 (row 1) but not b1 -> bucket 8:
+    # a0 cols 0-3, a1 cols 4-5, b0 cols 6-7 of row 0; b1 in row 1
+    p = pack(_small_groups(), rows=2, buckets=(4, 8), packing=True)
+    x = p.arrays
+    assert p.shape == (2, 8)
+    np.testing.assert_array_equal(x["segment_bt"], [[1, 1, 1, 1, 2, 2, 3, 3], [1] + [0] * 7])
+    np.testing.assert_array_equal(x["positions_bt"][0], [0, 1, 2, 3, 0, 1, 0, 1])
+    np.testing.assert_array_equal(x["tokens_bt"][0], [10, 11, 12, 13, 20, 21, 30, 31])
+    # the normaliser stays that of the unpacked layout (bucket 4): 2 rows x 4
+    np.testing.assert_array_equal(x["loss_constant_b"], [8, 8])
+    assert p.stats["packing_efficiency"] == pytest.approx(9 / 16) and p.stats["rows_used"] == 2
+    # one row of the largest bucket (8) holds 8 of the 9 positions: refused
+    with pytest.raises(ValueError, match="do not fit"):
+        pack(_small_groups(), rows=1, buckets=(4, 8), packing=True)
+    # unpacked, 4 trajectories never fit in 2 rows
+    with pytest.raises(ValueError, match="do not fit"):
+        pack(_small_groups(), rows=2, buckets=(4, 8))
+
+
+def test_unpacked_rows_get_one_segment_and_the_row_advantage():
+    p = pack(_small_groups(), rows=5, buckets=(4, 8))
+    x = p.arrays
+    np.testing.assert_array_equal(x["segment_bt"], x["attn_bt"])
+    np.testing.assert_allclose(x["adv_b"], [1, -1, -1, 1, 0], atol=1e-5)
+    assert "adv_bt" not in x
+    np.testing.assert_array_equal(x["loss_constant_b"], [20] * 5)  # = mask_bt.size
+    # 9 real positions of 5 x 4 cells, 4 rows holding a trajectory
+    assert p.stats["packing_efficiency"] == pytest.approx(9 / 20) and p.stats["rows_used"] == 4
+
+
+def test_packed_staleness_and_old_logprobs_are_per_token():
+    # policy 5, staleness 2: versions < 3 are stale; a0's target 2 (version 1) is masked
+    g = TrajectoryGroup(
+        "g",
+        "t",
+        [
+            _traj("g", 0, [1, 2, 3, 4], [0, 1, 1, 1], [0, -1, -2, -3], 1.0, [0, 5, 1, 5]),
+            _traj("g", 1, [5, 6], [0, 1], [0, -4], 0.0, [0, 1]),  # its only target is stale
+        ],
+    )
+    p = pack([g], rows=1, buckets=(4, 8), policy_version=5, max_staleness=2,
+             with_old_logp=True, packing=True)  # fmt: skip
+    x = p.arrays
+    assert p.shape == (1, 4)  # 3 + 1 positions fill one row of 4
+    np.testing.assert_array_equal(x["segment_bt"][0], [1, 1, 1, 2])
+    np.testing.assert_array_equal(x["mask_bt"][0], [1, 0, 1, 0])
+    np.testing.assert_array_equal(x["old_logp_bt"], x["rollout_logp_bt"])
+    np.testing.assert_allclose(x["old_logp_bt"][0], [-1, -2, -3, -4])
+    assert p.stats["stale_tokens"] == 2 and p.stats["loss_tokens"] == 2
+
+
+# ----------------------------------------------------------------------------- random groups
+
+ID = 1000  # a target's id: trajectory * ID + position, carried as its rollout logprob (-id)
+
+
+def _random_groups(seed: int, n_groups: int = 8, g: int = 4, max_len: int = 60):
+    """Random groups; each target's rollout logprob is -(its id), so a layout can be read back."""
+    rng = np.random.default_rng(seed)
+    groups, j = [], 0
+    for k in range(n_groups):
+        trajs = []
+        rewards = rng.integers(0, 3, g).astype(float) if k % 4 else np.ones(g)  # some flat
+        for i in range(g):
+            n = int(rng.integers(1, max_len + 1))
+            ids = -(j * ID + np.arange(n, dtype=np.float32))
+            trajs.append(
+                _traj(f"g{k}", i, rng.integers(3, 500, n), rng.random(n) < 0.6, ids, rewards[i])
+            )
+            j += 1
+        groups.append(TrajectoryGroup(f"g{k}", "t", trajs))
+    return groups
+
+
+def _ids(x: dict[str, np.ndarray]) -> np.ndarray:
+    """Each cell's target id (0 on padding: a real target is never position 0)."""
+    return np.where(x["attn_bt"] > 0, -x["rollout_logp_bt"], 0).astype(np.int64)
+
+
+def _kept_targets(groups, t: int) -> list[int]:
+    """The id of every prediction target of every kept trajectory (truncated to t)."""
+    _, keep = advantages(groups)
+    out, j = [], 0
+    for grp, k in zip(groups, keep, strict=True):
+        for length in grp.lengths:
+            if k:
+                out.extend(j * ID + p for p in range(1, min(int(length) - 1, t) + 1))
+            j += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_target_lands_once_in_contiguous_restarting_segments(seed):
+    groups = _random_groups(seed)
+    p = pack(groups, rows=16, buckets=(16, 32, 64), packing=True)
+    x = p.arrays
+    b, t = p.shape
+    want = _kept_targets(groups, t)
+    ids = _ids(x)
+    got = ids[ids > 0]
+    assert sorted(got.tolist()) == sorted(want)  # each exactly once, none else
+    for r in range(b):
+        seg = x["segment_bt"][r]
+        real = x["attn_bt"][r] > 0
+        np.testing.assert_array_equal(seg > 0, real)
+        k = int(seg.max())
+        assert sorted(set(seg[real].tolist())) == list(range(1, k + 1))
+        for s in range(1, k + 1):
+            cols = np.flatnonzero(seg == s)
+            assert cols[-1] - cols[0] + 1 == len(cols)  # contiguous
+            traj = set((ids[r, cols] // ID).tolist())
+            assert len(traj) == 1  # one trajectory per segment
+            np.testing.assert_array_equal(ids[r, cols] % ID, np.arange(1, len(cols) + 1))
+            np.testing.assert_array_equal(x["positions_bt"][r, cols], np.arange(len(cols)))
+            # targets are the next inputs within the segment
+            np.testing.assert_array_equal(
+                x["targets_bt"][r, cols[:-1]], x["tokens_bt"][r, cols[1:]]
+            )
+            assert len(set(x["adv_bt"][r, cols].tolist())) == 1
+    # a trajectory never straddles rows (every id of it in one row)
+    rows_of = {}
+    for r in range(b):
+        for i in ids[r][ids[r] > 0] // ID:
+            rows_of.setdefault(int(i), set()).add(r)
+    assert all(len(v) == 1 for v in rows_of.values())
+    assert p.stats["packing_efficiency"] == pytest.approx(len(want) / (b * t))
+    assert p.stats["rows_used"] == float((x["attn_bt"].sum(1) > 0).sum())
+    unpacked = pack(groups, rows=32, buckets=(16, 32, 64))
+    assert unpacked.shape[1] == t
+    assert unpacked.stats["packing_efficiency"] == pytest.approx(len(want) / (32 * t))
+    assert p.stats["packing_efficiency"] > unpacked.stats["packing_efficiency"]
+
+
+def _layout_index(x: dict[str, np.ndarray], universe: np.ndarray) -> np.ndarray:
+    """(B, T) indices into a per-target vector laid out as ``universe`` (index 0: padding)."""
+    ids = _ids(x)
+    idx = np.searchsorted(universe, ids)
+    assert (universe[idx] == ids).all()
+    return idx
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_loss_and_gradient_equal_the_unpacked(seed):
+    groups = _random_groups(seed, n_groups=12)
+    slots = 48
+    unpacked = pack(groups, rows=slots, buckets=(16, 32, 64))
+    t = unpacked.shape[1]
+    real = int(unpacked.arrays["attn_bt"].sum())
+    few = -(-real // t) + 2  # a few rows more than the positions need
+    layouts = {
+        "unpacked": (unpacked, False),
+        "unpacked+segments": (unpacked, True),
+        "packed": (pack(groups, rows=few, buckets=(16, 32, 64), packing=True, slots=slots), True),
+        "packed, same rows": (pack(groups, rows=slots, buckets=(16, 32, 64), packing=True), True),
+    }
+    assert layouts["packed"][0].stats["rows_used"] < slots / 2
+    universe = np.unique(np.concatenate([[0], _ids(unpacked.arrays).ravel()]))
+    rng = np.random.default_rng(seed)
+    n = len(universe)
+    logp = jnp.asarray(-rng.random(n) * 3, jnp.float32)  # the policy's, per target
+    old = logp + jnp.asarray(rng.normal(0, 0.3, n), jnp.float32)  # ratios around the clip
+    rollout = old + jnp.asarray(rng.normal(0, 0.2, n), jnp.float32)
+    ref = logp + jnp.asarray(rng.normal(0, 0.2, n), jnp.float32)
+
+    def loss_fn(logp, x, idx, agg, segments):
+        adv = x["adv_bt"] if "adv_bt" in x else x["adv_b"]
+        seg = x["segment_bt"] if segments else None
+        constant = x["loss_constant_b"][0] if segments else None  # unpacked: the default
+        loss, _ = grpo_loss(
+            logp[idx], old[idx], adv, x["mask_bt"], clip_low=0.2, clip_high=0.28, agg=agg,
+            constant=constant, ref_logp_bt=ref[idx], kl_coef=0.1,
+            rollout_logp_bt=rollout[idx], tis_cap=2.0, segment_bt=seg,
+        )  # fmt: skip
+        return loss
+
+    grad = jax.jit(jax.value_and_grad(loss_fn), static_argnames=("agg", "segments"))
+    for agg in ("token_mean", "seq_mean_token_mean", "constant"):
+        results = {}
+        for name, (p, segments) in layouts.items():
+            x = {k: jnp.asarray(v) for k, v in p.arrays.items()}
+            idx = jnp.asarray(_layout_index(p.arrays, universe))
+            results[name] = grad(logp, x, idx, agg=agg, segments=segments)
+        want_loss, want_grad = results["unpacked"]
+        assert abs(float(want_loss)) > 1e-3 and float(jnp.abs(want_grad).max()) > 1e-4
+        for name, (loss, g) in results.items():
+            np.testing.assert_allclose(loss, want_loss, rtol=0, atol=1e-6, err_msg=f"{agg} {name}")
+            np.testing.assert_allclose(g, want_grad, rtol=0, atol=1e-6, err_msg=f"{agg} {name}")
