@@ -23,8 +23,10 @@ trajectories packed in one row never attend across).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,6 +52,7 @@ class Options:
     attention_block: int = 512
     remat: Literal["none", "full", "dots_no_batch"] = "none"
     scan_layers: bool = True
+    packed: bool = True  # rows may hold several segments (False: one, right-padded)
 
     def __post_init__(self) -> None:
         if self.remat not in REMAT:
@@ -63,10 +66,33 @@ class Options:
             attention_block=learner_cfg.attention_block,
             remat=learner_cfg.remat,
             scan_layers=learner_cfg.scan_layers,
+            packed=learner_cfg.packing,
         )
 
 
 DEFAULT_OPTIONS = Options()
+
+# The sharding of the rows of activations (B, ...) while a train step is traced: without
+# it XLA may split the residual stream along its width and give every device every row.
+_ROWS: contextvars.ContextVar[jax.sharding.Sharding | None] = contextvars.ContextVar(
+    "rows_sharding", default=None
+)
+
+
+@contextlib.contextmanager
+def rows_sharded(sharding: jax.sharding.Sharding | None) -> Iterator[None]:
+    """Within: activations keep their rows split as ``sharding`` says (the batch's)."""
+    token = _ROWS.set(sharding)
+    try:
+        yield
+    finally:
+        _ROWS.reset(token)
+
+
+def constrain_rows(x: jax.Array) -> jax.Array:
+    sharding = _ROWS.get()
+    return x if sharding is None else jax.lax.with_sharding_constraint(x, sharding)
+
 
 # ----------------------------------------------------------------------------- rotary
 
@@ -227,20 +253,23 @@ def hidden(
     if segment_ids is None:
         segment_ids = jnp.ones((b, t), jnp.int32)
     segment_ids = segment_ids.astype(jnp.int32)
-    x = embed(cfg, params, tokens)
-    impl = resolve(opts.attention, t, opts.attention_block)
+    x = constrain_rows(embed(cfg, params, tokens))
+    impl = resolve(opts.attention, t, opts.attention_block, packed=opts.packed)
     if impl == "cudnn" and opts.attention == "auto" and x.dtype == jnp.float32:
         impl = "blockwise"  # cuDNN's kernel takes 16-bit inputs only
     cos, sin = rope_tables(jnp.asarray(rope_inv_freq(cfg)), positions)
     cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
 
     def body(x, p):
+        x = constrain_rows(x)
         q, k, v = qkv(cfg, p, x, cos, sin)
-        heads = attention(q, k, v, segment_ids, impl=impl, block=opts.attention_block)
-        return finish_block(cfg, p, x, heads), ((k, v) if return_kv else None)
+        heads = attention(
+            q, k, v, segment_ids, impl=impl, block=opts.attention_block, packed=opts.packed
+        )
+        return constrain_rows(finish_block(cfg, p, x, heads)), ((k, v) if return_kv else None)
 
     x, kv = run_layers(body, x, layer_params(params), opts)
-    return x, kv
+    return constrain_rows(x), kv
 
 
 def prefill(

@@ -268,8 +268,14 @@ def compile_step(model: Model, mesh: Mesh | None, cfg: LearnerConfig, state_sh: 
     mesh = mesh if mesh is not None else one_device_mesh()
     state_sh = state_sh if state_sh is not None else state_shardings(model, mesh, cfg)
     replicated = NamedSharding(mesh, PartitionSpec())
+    rows = batch_sharding(mesh)
+
+    def step(state: TrainState, batch: Mapping[str, jax.Array]):
+        with decoder.rows_sharded(rows):  # activations keep the batch's row split
+            return train_step(state, batch, model=model, cfg=cfg)
+
     return jax.jit(
-        functools.partial(train_step, model=model, cfg=cfg),
+        step,
         in_shardings=(state_sh, batch_sharding(mesh)),
         out_shardings=(state_sh, replicated),
         donate_argnums=(0,),

@@ -1,4 +1,4 @@
-"""`python -m learner.train [--config PATH] [--set k=v ...] [--dry-run]`: GRPO training.
+"""`python -m learner.train [--config PATH] [--set k=v ...] [--dry-run [--compile] [--max-length]]`.
 
 Reads the run config (default ``configs/tiny.toml``). With ``rollout.urls`` set it
 pulls groups from those sidecars; with none (the embedded default) it starts the
@@ -7,12 +7,15 @@ loopback and stops them all when it ends, however it ends. The run directory is
 ``logging.run_dir/logging.run_name``; a run restarted with the same name resumes
 from its latest committed checkpoint. ``--dry-run`` prints the per-device memory
 budget of the configured model on the configured mesh and exits (1 if it does not
-fit in ``mesh.device_memory_gib``).
+fit in ``mesh.device_memory_gib``); ``--compile`` adds XLA's figures for the real
+train step compiled for that mesh, and they decide; ``--max-length`` searches the
+longest row that fits (``learner.dryrun``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -145,19 +148,46 @@ def _link_latest(run_dir: Path) -> None:
         logging.getLogger("learner.train").warning("could not link %s: %s", link, e)
 
 
+def _simulate_cpu_devices(n: int) -> None:
+    """Give the CPU backend ``n`` devices, if it has not started yet (it cannot change
+    once started; ``learner.dryrun`` then re-runs the command with simulated devices)."""
+    import jax
+
+    if n:
+        with contextlib.suppress(RuntimeError):  # raised when the backend is already up
+            jax.config.update("jax_num_cpu_devices", n)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learner.train", description=__doc__)
     add_config_args(parser, default=DEFAULT_CONFIG)
     parser.add_argument(
         "--dry-run", action="store_true", help="print the per-device memory budget and exit"
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="with --dry-run: also compile the real train step on abstract shapes for the "
+        "configured mesh (simulated CPU devices when fewer are present) and print XLA's figures",
+    )
+    parser.add_argument(
+        "--max-length",
+        action="store_true",
+        help="with --dry-run: search the longest row that fits mesh.device_memory_gib "
+        "(by the compiled figure with --compile, else by the estimate)",
+    )
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     setup_logging(cfg)
     if args.dry_run:
+        if args.compile:
+            _simulate_cpu_devices(cfg.mesh.num_devices)
         from learner.dryrun import main as dry_run
 
-        return dry_run(cfg)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        return dry_run(cfg, compile=args.compile, longest=args.max_length, argv=argv)
+    if args.compile or args.max_length:
+        parser.error("--compile and --max-length go with --dry-run")
     _raise_on_sigterm()
     from learner.errors import CheckpointSaveError
 
