@@ -13,7 +13,9 @@ that sees no key (a padding position). They differ only in cost:
   log-sum-exp, so memory is O(T * D + block^2) per (batch, head), never T x T. Key blocks
   wholly in a query block's future are skipped.
 * ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")`` on NVIDIA GPUs
-  (float16 / bfloat16 inputs only; the segment mask travels as a (B, 1, T, T) bias).
+  (float16 / bfloat16 inputs only). Rows of one right-padded segment (``packed=False``)
+  pass their lengths (no mask); packed rows pass the segment mask, which becomes a
+  (B, 1, T, T) bias: T x T memory, so ``auto`` takes ``blockwise`` for packed rows.
 """
 
 from __future__ import annotations
@@ -34,18 +36,20 @@ _MASKED = -1e30
 _F32 = jnp.float32
 
 
-def resolve(impl: str, length: int, block: int, backend: str | None = None) -> str:
+def resolve(
+    impl: str, length: int, block: int, backend: str | None = None, *, packed: bool = False
+) -> str:
     """The implementation ``impl`` names for rows of ``length`` tokens.
 
     ``auto`` picks ``cudnn`` on a GPU backend (``jax.default_backend()`` unless ``backend``
-    is given), else ``blockwise`` when ``length > block`` (dense scores would be large),
-    else ``dense``. Other names come back unchanged once known to be valid.
+    is given) for unpacked rows, else ``blockwise`` when ``length > block`` (dense scores
+    would be large), else ``dense``. Other names come back unchanged once known to be valid.
     """
     if impl not in IMPLS:
         raise ValueError(f"unknown attention impl {impl!r}; allowed: {', '.join(IMPLS)}")
     if impl != "auto":
         return impl
-    if (jax.default_backend() if backend is None else backend) == "gpu":
+    if (jax.default_backend() if backend is None else backend) == "gpu" and not packed:
         return "cudnn"
     return "blockwise" if length > block else "dense"
 
@@ -58,6 +62,7 @@ def attention(
     *,
     impl: str = "dense",
     block: int = 512,
+    packed: bool = True,
 ) -> jax.Array:
     """Causal, segment-restricted, grouped-query self-attention.
 
@@ -69,15 +74,17 @@ def attention(
     Returns (B, H, T, D) in q.dtype; a query with no visible key gets 0. ``impl`` is one of
     :data:`IMPLS` (see :func:`resolve`) or ``xla``: the ``cudnn`` wrapper with XLA's
     reference kernel, so the wrapper can be tested off-GPU. ``block`` is the blockwise tile
-    (query and key) in tokens, capped at T; the ``auto`` threshold too.
+    (query and key) in tokens, capped at T; the ``auto`` threshold too. ``packed=False``
+    promises one segment per row, starting at column 0 (right padding only): the cuDNN
+    path then passes the rows' lengths instead of a T x T mask.
     """
     _check_shapes(q, k, v, segment_ids, block)
-    name = "xla" if impl == "xla" else resolve(impl, q.shape[2], block)
+    name = "xla" if impl == "xla" else resolve(impl, q.shape[2], block, packed=packed)
     if name == "dense":
         return _dense(q, k, v, segment_ids)
     if name == "blockwise":
         return _blockwise(q, k, v, segment_ids, block)
-    return _dot_product(q, k, v, segment_ids, name)
+    return _dot_product(q, k, v, segment_ids, name, packed)
 
 
 def _check_shapes(
@@ -132,17 +139,29 @@ def _dense(q_bhtd: jax.Array, k_bktd: jax.Array, v_bktd: jax.Array, seg_bt: jax.
 
 
 def _dot_product(
-    q_bhtd: jax.Array, k_bktd: jax.Array, v_bktd: jax.Array, seg_bt: jax.Array, name: str
+    q_bhtd: jax.Array,
+    k_bktd: jax.Array,
+    v_bktd: jax.Array,
+    seg_bt: jax.Array,
+    name: str,
+    packed: bool = True,
 ):
-    """``jax.nn.dot_product_attention`` in its (B, T, N, D) layout; GQA is handled there."""
-    same_b1qc = ((seg_bt[:, :, None] == seg_bt[:, None, :]) & (seg_bt[:, :, None] != 0))[:, None]
+    """``jax.nn.dot_product_attention`` in its (B, T, N, D) layout; GQA is handled there.
+    Unpacked rows pass their lengths; packed ones a (B, 1, T, T) segment mask."""
+    kw = {}
+    if packed:
+        same = (seg_bt[:, :, None] == seg_bt[:, None, :]) & (seg_bt[:, :, None] != 0)
+        kw["mask"] = same[:, None]
+    else:
+        lengths_b = (seg_bt != 0).sum(axis=1).astype(jnp.int32)
+        kw.update(query_seq_lengths=lengths_b, key_value_seq_lengths=lengths_b)
     o_bthd = jax.nn.dot_product_attention(
         q_bhtd.transpose(0, 2, 1, 3),
         k_bktd.transpose(0, 2, 1, 3),
         v_bktd.transpose(0, 2, 1, 3),
-        mask=same_b1qc,
         is_causal=True,
         implementation="cudnn" if name == "cudnn" else "xla",
+        **kw,
     )
     return _zero_padding(o_bthd.transpose(0, 2, 1, 3), seg_bt).astype(q_bhtd.dtype)
 

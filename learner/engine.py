@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner.model import Model
+from learner.model import Model, get_params, set_params
 from learner.sampling import row_keys, sample
 
 
@@ -90,7 +90,8 @@ class Engine:
         seed: int = 0,
     ) -> None:
         self.cfg = model.cfg
-        self.graphdef, self.state = nnx.split(model)
+        self.graphdef, state = nnx.split(model)
+        self.state = _committed(state)
         self.eos_ids = tuple(eos_ids)
         self.max_len = min(max_len or model.cfg.max_position_embeddings, 1 << 20)
         self.batch_buckets = _pow2_buckets(1, max_batch)
@@ -111,7 +112,28 @@ class Engine:
         graphdef, state = nnx.split(model)
         if graphdef != self.graphdef:
             raise ValueError("the new model's architecture differs from the served one")
-        self.state = state
+        self.state = _committed(state)
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Serve these weights (by parameter path, e.g. a train state's ``params``) from the
+        next batch on. Each is copied onto the placement and dtype of the weight it
+        replaces, so the compiled programs are reused (a train state's arrays, placed on
+        the learner's mesh, would otherwise compile them again) and a later donation of
+        the train state cannot delete what is served."""
+        model = nnx.merge(self.graphdef, self.state)
+        current = get_params(model)
+        unknown = sorted(set(params) ^ set(current))
+        if unknown:
+            raise KeyError(f"parameters do not match the served model: {unknown[:5]}")
+        placed = {}
+        for name, value in params.items():
+            old = current[name]
+            if tuple(value.shape) != tuple(old.shape):
+                raise ValueError(f"{name}: shape {tuple(value.shape)}, served {old.shape}")
+            host = np.asarray(jax.device_get(value)).astype(old.dtype)
+            placed[name] = jax.device_put(host, old.sharding)
+        set_params(model, placed)
+        self.state = nnx.split(model)[1]
 
     # ------------------------------------------------------------------------- generation
 
@@ -219,6 +241,12 @@ class Engine:
                 continue
             lp = [None] + [float(x) for x in prompt_lp[i, 1:n]]
             r.input_logprobs = lp[r.logprob_start_len :]
+
+
+def _committed(state: Any) -> Any:
+    """The weights committed to the devices they are on: jit keys its programs on
+    commitment too, so weights placed later (:meth:`Engine.set_params`) match them."""
+    return jax.tree.map(lambda a: jax.device_put(a, a.sharding), state)
 
 
 # ----------------------------------------------------------------------------- jitted

@@ -9,7 +9,7 @@ from learner.attention import attention as _attention
 from learner.attention import resolve
 
 # Jitted once per (impl, block, shapes): eager op-by-op dispatch is several times slower here.
-attention = jax.jit(_attention, static_argnames=("impl", "block"))
+attention = jax.jit(_attention, static_argnames=("impl", "block", "packed"))
 
 # Segment layouts, one string per row: a digit per token, "0" = padding. They cover packed
 # trajectories crossing block edges, padding at the row end, and a row that is all padding.
@@ -164,3 +164,18 @@ def test_blockwise_gradient_memory_has_no_t_by_t_term():
     assert dense > 4 * one_score_matrix  # the reference really holds per-head T x T scores
     assert blockwise < dense / 4
     assert blockwise < one_score_matrix / 4
+
+
+def test_unpacked_rows_pass_lengths_not_a_mask():
+    """One right-padded segment per row (packed=False): the cuDNN wrapper passes the rows'
+    lengths instead of a (T, T) mask and still equals dense; a row of padding gives 0."""
+    seg = _segments([_layout(40, [(1, 31)]), _layout(40, [(1, 40)]), "0" * 40])
+    q, k, v, _ = _inputs(3, 4, 2, seg)
+    want = attention(q, k, v, seg, impl="dense")
+    got = attention(q, k, v, seg, impl="xla", packed=False)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_auto_takes_blockwise_for_packed_rows_on_gpu():
+    assert resolve("auto", 4096, 512, "gpu", packed=False) == "cudnn"
+    assert resolve("auto", 4096, 512, "gpu", packed=True) == "blockwise"

@@ -82,3 +82,59 @@ def test_requests_never_run_past_the_context(setup):
     assert len(r.output_ids) == 6 and r.finish_reason["type"] == "length"  # 256 - 250
     assert engine.check(Request("x", _prompt(256, 5), SamplingParams())) is not None
     assert engine.check(Request("y", [4096], SamplingParams())) is not None
+
+
+def test_weights_straight_from_a_train_state_reuse_the_compiled_programs():
+    """Weights handed over from a train state (arrays on the learner's mesh, later donated)
+    are served without compiling prefill and decode again, and stay alive after the state
+    is donated to the next step."""
+    import jax
+    from flax import nnx
+
+    from learner.batching import pack
+    from learner.model import Model
+    from learner.step import compile_step, new_state, place_batch
+    from shared.config import LearnerConfig
+    from shared.wire import Trajectory, TrajectoryGroup
+
+    model = small_model(seed=9)
+    served = Model(model.cfg, rngs=nnx.Rngs(1))
+    engine = Engine(served, eos_ids=(2,), max_batch=2, max_len=128, decode_chunk=4)
+
+    def run():
+        r = Request("r", _prompt(10, 1), SamplingParams(temperature=1.0, max_new_tokens=8, seed=1))
+        engine.generate([r])
+        return r
+
+    run()
+    sizes = (engine._prefill._cache_size(), engine._decode._cache_size())
+    cfg = LearnerConfig(warmup_steps=0, learning_rate=1e-2, length_buckets=(32,))
+    state, sh = new_state(model, None, cfg)  # no mesh: one device
+    step = compile_step(model, None, cfg, sh)
+    rng = np.random.default_rng(0)
+    trajs = [
+        Trajectory("t", "g", i, rng.integers(3, 4096, 20).astype(np.int32),
+                   np.ones(20, np.uint8), -np.ones(20, np.float32), np.zeros(20, np.int32),
+                   reward=float(i))
+        for i in range(2)
+    ]  # fmt: skip
+    batch = place_batch(
+        pack([TrajectoryGroup("g", "t", trajs)], rows=2, buckets=(32,)).arrays, None
+    )
+    state, _ = step(state, batch)
+    engine.set_params(state.params)
+    r = run()
+    assert (engine._prefill._cache_size(), engine._decode._cache_size()) == sizes
+    trained = Model(model.cfg, rngs=nnx.Rngs(0))
+    from learner.model import set_params
+
+    set_params(trained, {k: np.asarray(v) for k, v in state.params.items()})
+    ref = teacher_forced_logprobs(trained, r.input_ids + r.output_ids)
+    np.testing.assert_allclose(r.output_logprobs, ref[len(r.input_ids) :], atol=1e-5, rtol=0)
+    state, _ = step(state, batch)  # donates the state the weights came from
+    jax.block_until_ready(state.params)
+    again = run()
+    assert again.output_ids == r.output_ids  # same seed, same weights: still served
+    assert all(not v.is_deleted() for v in jax.tree.leaves(engine.state))
+    model_params = jax.tree.leaves(nnx.state(model))
+    assert all(not v.is_deleted() for v in model_params)  # new_state copied them

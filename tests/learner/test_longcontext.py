@@ -8,6 +8,7 @@ trajectories packed in one row.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -97,20 +98,26 @@ def _close(a, b, what):
         )
 
 
-@pytest.mark.parametrize("arch", list(MODELS))
-@pytest.mark.parametrize("opt", list(OPTIONS))
-def test_every_path_gives_the_dense_logits_loss_and_gradients(arch, opt):
+@functools.cache
+def _dense_reference(arch: str):
+    """The dense path's logits, loss, logprobs, entropy and gradients (once per model)."""
     model = small_model(seed=3, **MODELS[arch])
     params = get_params(model)
     batch = _batch()
+    logits = apply(model, params, batch["tokens_bt"], batch["positions_bt"], batch["segment_bt"])
+    return model, params, batch, logits, *_loss(model, DENSE)(params, batch)
+
+
+@pytest.mark.parametrize("arch", list(MODELS))
+@pytest.mark.parametrize("opt", list(OPTIONS))
+def test_every_path_gives_the_dense_logits_loss_and_gradients(arch, opt):
+    model, params, batch, dense, (l0, (lp0, e0)), g0 = _dense_reference(arch)
     seg = batch["segment_bt"]
     real = np.asarray(seg) > 0
     kw = OPTIONS[opt]
-    dense = apply(model, params, batch["tokens_bt"], batch["positions_bt"], seg)
     other = apply(model, params, batch["tokens_bt"], batch["positions_bt"], seg, Options(**kw))
     np.testing.assert_allclose(np.asarray(other)[real], np.asarray(dense)[real], atol=1e-5, rtol=0)
     cfg = dataclasses.replace(DENSE, logprob_chunk=16, **kw)
-    (l0, (lp0, e0)), g0 = _loss(model, DENSE)(params, batch)
     (l1, (lp1, e1)), g1 = _loss(model, cfg)(params, batch)
     assert abs(float(l0)) > 1e-3  # a real loss, not zero by construction
     np.testing.assert_allclose(float(l1), float(l0), atol=1e-5, rtol=0)
