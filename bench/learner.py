@@ -134,7 +134,7 @@ def measure_long(
     n_params = sum(int(np.prod(p.shape)) for p in param_info(model))
     cfg = LearnerConfig(
         length_buckets=(length,), warmup_steps=0, steps=100, attention=attention,
-        remat=remat, logprob_chunk=512, attention_block=512,
+        remat=remat, logprob_chunk=512,
     )  # fmt: skip
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     packed = pack(groups(1, 2, length + 1, cfg_model.vocab_size), rows=2, buckets=(length,))

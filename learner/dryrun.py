@@ -21,7 +21,7 @@ first block's forward to its backward.
   ``c (4E + (H + 2K) D + H D + 4M)`` (the block input and the attention residual,
   both norms' outputs, q / k / v, the attention output, gate, up, silu(gate) and
   their product); with dense attention (``learner.attention = dense``, or
-  ``auto`` at or below ``attention_block`` tokens but for unpacked rows on a GPU,
+  ``auto`` at or below 64 tokens but for unpacked rows on a GPU,
   which take cuDNN: ``learner.attention.resolve``) plus the float32
   probabilities and their compute-dtype copy, ``H T (4 + c)`` (their ``5as/h``);
   blockwise or cuDNN attention (Dao et al. 2022, FlashAttention) keeps only the
@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from learner.attention import DENSE_UP_TO, block_for
 from learner.model import Model, param_info
 from learner.modelconfig import ModelConfig, tiny_config
 from learner.sharding import MESH_AXES, spec_for
@@ -197,16 +198,14 @@ def _activations(
     cudnn = lc.attention == "cudnn" or (
         lc.attention == "auto" and backend == "gpu" and not lc.packing
     )  # learner.attention.resolve's choice
-    dense = lc.attention == "dense" or (
-        lc.attention == "auto" and not cudnn and t <= lc.attention_block
-    )
+    dense = lc.attention == "dense" or (lc.attention == "auto" and not cudnn and t <= DENSE_UP_TO)
     lin = c * (4 * e + (h + 2 * k) * d + h * d + 4 * m) * b * t  # one block's activations
     if dense:
         probs = (4 + c) * h * t * t * b  # float32 probabilities and their 16-bit copy
         scratch = t * t * b  # the boolean mask
     else:
         probs = 4 * h * b * t  # the log-sum-exp
-        scratch = 4 * h * b * min(lc.attention_block, t) ** 2  # one score tile
+        scratch = 4 * h * b * min(block_for(t, lc.attention_block), t) ** 2  # one score tile
         if cudnn:
             scratch = t * t * b  # the segment mask, (b, 1, T, T) booleans
     block = lin + probs

@@ -242,11 +242,14 @@ class LearnerConfig:
         "auto",
         "Attention kernel of the train step: `dense` holds the T x T scores, `blockwise` is "
         "a flash-style online softmax in JAX (no T x T memory, every backend), `cudnn` is "
-        "jax.nn.dot_product_attention's cuDNN kernel (GPU); `auto` takes cudnn on GPU, "
-        "else blockwise above attention_block tokens and dense at or below.",
+        "jax.nn.dot_product_attention's cuDNN kernel (GPU, 16-bit inputs); `auto` takes "
+        "cudnn on GPU for unpacked rows, else blockwise above 64 tokens and dense below.",
     )
     attention_block: int = option(
-        512, "Query and key block length of the blockwise attention.", ge=16
+        0,
+        "Query and key tile of the blockwise attention in tokens; 0 sizes it by the row "
+        "length (a power of two near T / 6 within [32, 256], the fastest measured on CPU).",
+        ge=0,
     )
     logprob_chunk: int = option(
         1024,

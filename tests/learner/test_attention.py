@@ -125,12 +125,20 @@ def test_resolve_picks_by_backend_and_length():
     assert resolve("auto", 8192, 512, backend="gpu") == "cudnn"
     assert resolve("auto", 100, 512, backend="gpu") == "cudnn"
     assert resolve("auto", 8192, 512, backend="cpu") == "blockwise"
-    assert resolve("auto", 512, 512, backend="cpu") == "dense"
-    assert resolve("auto", 100, 512, backend="tpu") == "dense"
+    assert resolve("auto", 65, 512, backend="cpu") == "blockwise"
+    assert resolve("auto", 64, 512, backend="cpu") == "dense"
+    assert resolve("auto", 60, 512, backend="tpu") == "dense"
     assert resolve("blockwise", 10, 512, backend="gpu") == "blockwise"
     assert resolve("dense", 10**6, 512) == "dense"
     with pytest.raises(ValueError, match="auto, dense, blockwise, cudnn"):
         resolve("flash", 10, 512)
+
+
+def test_the_tile_is_sized_by_the_length_unless_given():
+    from learner.attention import block_for
+
+    assert [block_for(t) for t in (16, 192, 1024, 4096, 32768)] == [32, 32, 128, 256, 256]
+    assert block_for(4096, 100) == 100
 
 
 def test_shape_errors_are_reported():
@@ -141,7 +149,7 @@ def test_shape_errors_are_reported():
     with pytest.raises(ValueError, match="segment_ids"):
         attention(q[:, :2], k, v, seg[:, :4])
     with pytest.raises(ValueError, match="block"):
-        attention(q[:, :2], k, v, seg, impl="blockwise", block=0)
+        attention(q[:, :2], k, v, seg, impl="blockwise", block=-1)
 
 
 def _grad_temp_bytes(impl: str, t: int, b: int = 1, h: int = 4, hkv: int = 2, d: int = 64):
