@@ -239,3 +239,60 @@ def test_micro_batches_must_divide_the_rows():
     np.testing.assert_array_equal(split[1], [1, 5, 9])  # strided: spread over devices
     with pytest.raises(ValueError, match="12 rows do not split into 5 micro-batches"):
         micro_batches(x, 5)
+
+
+def test_reference_logprobs_given_with_the_batch_replace_the_reference_forward():
+    """A batch carrying ``ref_logp_bt`` (the reference's logprobs, computed elsewhere) gives
+    the update of the step that runs the reference itself, and its program has no second
+    forward pass (fewer matmuls)."""
+    import jax
+    import jax.numpy as jnp
+
+    from learner.model import get_params
+    from learner.step import init_state, token_logprobs, train_step
+    from shared.config import LearnerConfig
+    from tests.learner.helpers import small_model
+
+    model = small_model(seed=2)
+    rng = np.random.default_rng(0)
+    trajs = [
+        _traj(
+            "g", i, rng.integers(3, 4096, 24), rng.random(24) < 0.7, -rng.random(24), float(i % 2)
+        )
+        for i in range(4)
+    ]
+    arrays = pack([TrajectoryGroup("g", "t", trajs)], rows=4, buckets=(32,)).arrays
+    batch = {k: jnp.asarray(v) for k, v in arrays.items()}
+    cfg = LearnerConfig(kl_coef=0.5, warmup_steps=0, learning_rate=1e-2)
+    params = get_params(model)
+    # the reference drifted from the policy: a KL term that matters
+    ref = {k: v * 1.05 for k, v in params.items()}
+    state = init_state(params, cfg)._replace(ref_params=ref)
+    step = jax.jit(lambda s, b: train_step(s, b, model=model, cfg=cfg))
+    s_inside, m_inside = step(state, batch)
+    given = dict(batch, ref_logp_bt=token_logprobs(model, ref, batch, cfg)[0])
+    s_given, m_given = step(init_state(params, cfg)._replace(ref_params=ref), given)
+    assert float(m_inside["kl_ref"]) > 1e-3
+    np.testing.assert_allclose(float(m_given["kl_ref"]), float(m_inside["kl_ref"]), rtol=1e-5)
+    for k in params:
+        np.testing.assert_allclose(s_given.params[k], s_inside.params[k], atol=1e-6, err_msg=k)
+    no_ref = init_state(params, cfg, with_ref=False)
+
+    def dots(s, b):
+        return step.lower(s, b).as_text().count("dot_general")
+
+    assert dots(no_ref, given) < dots(state, batch)
+
+
+def test_the_constant_schedule_holds_the_peak_after_the_warm_up():
+    from learner.step import lr_schedule
+    from shared.config import LearnerConfig
+
+    const = lr_schedule(LearnerConfig(lr_schedule="constant", warmup_steps=4, learning_rate=1e-3))
+    assert [float(const(s)) for s in (0, 2, 4, 100, 10_000)] == pytest.approx(
+        [0.0, 5e-4, 1e-3, 1e-3, 1e-3]
+    )
+    flat = lr_schedule(LearnerConfig(lr_schedule="constant", warmup_steps=0, learning_rate=2e-4))
+    assert float(flat(0)) == pytest.approx(2e-4) and float(flat(999)) == pytest.approx(2e-4)
+    cosine = lr_schedule(LearnerConfig(warmup_steps=0, steps=100, learning_rate=1e-3))
+    assert float(cosine(100)) == pytest.approx(1e-4)  # the default decays to 0.1 x the peak
