@@ -275,3 +275,37 @@ def test_packed_loss_and_gradient_equal_the_unpacked(seed):
         for name, (loss, g) in results.items():
             np.testing.assert_allclose(loss, want_loss, rtol=0, atol=1e-6, err_msg=f"{agg} {name}")
             np.testing.assert_allclose(g, want_grad, rtol=0, atol=1e-6, err_msg=f"{agg} {name}")
+
+
+def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
+    """learner.loop.Trainer._pack: with packing on, a step's trajectories go into
+    ``packed_rows`` rows; a step whose trajectories do not fit there is packed into one
+    row per trajectory instead (logged), never dropped."""
+    from types import SimpleNamespace
+
+    from learner.loop import Trainer
+    from shared.config import LearnerConfig
+
+    def trainer(packed_rows: int, packing: bool = True):
+        lc = LearnerConfig(packing=packing, packed_rows=packed_rows, length_buckets=(64,))
+        return SimpleNamespace(
+            cfg=SimpleNamespace(learner=lc), rows=8, packed_rows=packed_rows or 8, version=0,
+            model=SimpleNamespace(cfg=SimpleNamespace(pad_token_id=0)),
+        )  # fmt: skip
+
+    def group(k: int, n: int):
+        rng = np.random.default_rng(k)
+        trajs = [
+            _traj(f"g{k}", i, rng.integers(3, 500, n), np.ones(n), -np.ones(n), float(i % 2))
+            for i in range(4)
+        ]
+        return TrajectoryGroup(f"g{k}", "t", trajs)
+
+    short = [group(0, 10), group(1, 12)]  # 8 trajectories of <= 12 tokens
+    p = Trainer._pack(trainer(2), short)
+    assert p.shape == (2, 64) and "adv_bt" in p.arrays and p.stats["rows_used"] == 2
+    long = [group(0, 60), group(1, 60)]  # 8 x 59 predictions: 2 rows of 64 cannot hold them
+    p = Trainer._pack(trainer(2), long)
+    assert p.shape == (8, 64) and p.stats["rows_used"] == 8
+    p = Trainer._pack(trainer(0, packing=False), short)
+    assert p.shape == (8, 64) and "adv_b" in p.arrays
