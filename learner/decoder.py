@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from learner.attention import attention, resolve
 from learner.modelconfig import ModelConfig
 
 Params = Mapping[str, jax.Array]
@@ -265,8 +266,6 @@ def hidden(
     ``segment_ids`` (B, T): 0 = padding, tokens see earlier tokens of their own
     segment only (default: one segment, no padding); ``positions`` default to 0..T-1.
     """
-    from learner.attention import attention, resolve
-
     b, t = tokens.shape
     if positions is None:
         positions = jnp.broadcast_to(jnp.arange(t), (b, t))
