@@ -92,6 +92,17 @@ def groups(n: int, g: int, length: int, vocab: int) -> list[TrajectoryGroup]:
     return out
 
 
+def seconds_per_step(step, state, batch, steps: int) -> float:
+    """Mean wall time of ``steps`` steps after a first, untimed one (compilation, allocations)."""
+    state, m = step(state, batch)
+    jax.block_until_ready(m)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        state, m = step(state, batch)
+    jax.block_until_ready(m)
+    return (time.perf_counter() - t0) / steps
+
+
 def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     cfg_model = tiny_config(**overrides)
     model = Model(cfg_model, rngs=nnx.Rngs(0))
@@ -104,13 +115,7 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     packed = pack(groups(rows // 4, 4, 256, cfg_model.vocab_size), rows=rows, buckets=(256,))
     batch = place_batch(packed.arrays, mesh)
     tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
-    state, m = step(state, batch)  # compile
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, m = step(state, batch)
-    jax.block_until_ready(m)
-    dt = (time.perf_counter() - t0) / steps
+    dt = seconds_per_step(step, state, batch, steps)
     gflops = 6 * n_params * tokens / dt / 1e9
     return {
         "name": name,
@@ -151,13 +156,7 @@ def measure_long(
     if need > max_gib:
         return {**row, "skipped": f"needs {need:.1f} GiB"}
     tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
-    state, m = step(state, batch)  # the first run (allocations)
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, m = step(state, batch)
-    jax.block_until_ready(m)
-    dt = (time.perf_counter() - t0) / steps
+    dt = seconds_per_step(step, state, batch, steps)
     c = cfg_model
     attn_flops = 6 * c.num_layers * 2 * length**2 * c.num_heads * c.head_dim / 2  # causal
     gflops = (6 * n_params * tokens + attn_flops) / dt / 1e9

@@ -6,6 +6,22 @@ import numpy as np
 from flax import nnx
 
 from learner.model import Model, get_params, set_params, tiny_config
+from shared.wire import Trajectory
+
+
+def trajectory(gid: str, i: int, tokens, mask, logp, reward: float, versions=None) -> Trajectory:
+    """Sample ``i`` of group ``gid``: the given tokens, loss mask and logprobs (versions 0)."""
+    n = len(tokens)
+    return Trajectory(
+        task_id="t",
+        group_id=gid,
+        sample_index=i,
+        tokens=np.asarray(tokens, np.int32),
+        loss_mask=np.asarray(mask, np.uint8),
+        logprobs=np.asarray(logp, np.float32),
+        versions=np.asarray(versions if versions is not None else [0] * n, np.int32),
+        reward=reward,
+    )
 
 
 def randomized(model: Model, scale: float = 0.1, seed: int = 0) -> Model:

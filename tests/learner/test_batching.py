@@ -10,21 +10,8 @@ import pytest
 
 from learner.batching import advantages, first_fit_decreasing, pack
 from learner.grpo import grpo_loss
-from shared.wire import Trajectory, TrajectoryGroup
-
-
-def _traj(gid: str, i: int, tokens, mask, logp, reward: float, versions=None) -> Trajectory:
-    n = len(tokens)
-    return Trajectory(
-        task_id="t",
-        group_id=gid,
-        sample_index=i,
-        tokens=np.asarray(tokens, np.int32),
-        loss_mask=np.asarray(mask, np.uint8),
-        logprobs=np.asarray(logp, np.float32),
-        versions=np.asarray(versions if versions is not None else [0] * n, np.int32),
-        reward=reward,
-    )
+from shared.wire import TrajectoryGroup
+from tests.learner.helpers import trajectory as _traj
 
 
 def _small_groups() -> list[TrajectoryGroup]:

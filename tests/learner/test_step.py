@@ -11,23 +11,10 @@ import numpy as np
 import pytest
 
 from learner.batching import bucket_for, pack
-from shared.wire import Trajectory, TrajectoryGroup, decode_groups, encode_groups
+from shared.wire import TrajectoryGroup, decode_groups, encode_groups
+from tests.learner.helpers import trajectory as _traj
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _traj(gid: str, i: int, tokens, mask, logp, reward: float, versions=None) -> Trajectory:
-    n = len(tokens)
-    return Trajectory(
-        task_id="t",
-        group_id=gid,
-        sample_index=i,
-        tokens=np.asarray(tokens, np.int32),
-        loss_mask=np.asarray(mask, np.uint8),
-        logprobs=np.asarray(logp, np.float32),
-        versions=np.asarray(versions if versions is not None else [0] * n, np.int32),
-        reward=reward,
-    )
 
 
 def test_bucket_is_the_smallest_that_fits():
