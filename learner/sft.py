@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import logging
 import sys
@@ -35,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from shared.chat import ChatError, render_chat
 from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
@@ -141,7 +139,7 @@ def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
     mask, weight = batch["mask_bt"], batch["weight_bt"]
 
     def loss_fn(params):
-        logp_bt, _ = token_logprobs(model, params, batch)
+        logp_bt, _ = token_logprobs(model, params, batch, cfg)
         loss = -(logp_bt * weight).sum() / jnp.maximum(weight.sum(), 1e-6)
         action_loss = -(logp_bt * mask).sum() / jnp.maximum(mask.sum(), 1.0)
         return loss, (action_loss, logp_bt)
@@ -175,17 +173,10 @@ def sft_learner_config(cfg: RunConfig):
 
 def _compiled(model, mesh, lc):
     """A fresh train state from ``model``'s current weights and the jitted SFT step."""
-    from learner.step import batch_sharding, new_state, state_shardings
+    from learner.step import compile_step, new_state
 
-    state, _ = new_state(model, mesh, lc)
-    shardings = state_shardings(model, mesh, lc)
-    step_fn = jax.jit(
-        functools.partial(sft_step, model=model, cfg=lc),
-        in_shardings=(shardings, batch_sharding(mesh)),
-        out_shardings=(shardings, NamedSharding(mesh, PartitionSpec())),
-        donate_argnums=(0,),
-    )
-    return state, step_fn
+    state, shardings = new_state(model, mesh, lc)
+    return state, compile_step(model, mesh, lc, shardings, step_fn=sft_step)
 
 
 def copy_exercise(

@@ -8,8 +8,9 @@ then ``learner.logprobs`` chunk by chunk, so no (B, T, vocab) array is held), th
 GRPO loss, its gradient, one AdamW update (warm-up then cosine or constant,
 global-norm clipping), and metrics (loss terms, entropy, gradient norm, learning
 rate). A batch may carry the reference's logprobs (``ref_logp_bt``); only without
-them does the step run the reference's forward pass itself. :func:`compile_step` jits it once with the mesh's
-shardings (the state donated, the batch split over ``("data", "fsdp")``).
+them does the step run the reference's forward pass itself. :func:`compile_step`
+jits it once with the mesh's shardings (the state donated, the batch split over
+``("data", "fsdp")``).
 """
 
 from __future__ import annotations
@@ -67,9 +68,8 @@ def optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
 def init_state(
     params: Mapping[str, jax.Array], cfg: LearnerConfig, *, with_ref: bool | None = None
 ) -> TrainState:
-    """A fresh state (step 0) around a copy of ``params`` (the step donates its state, so
-    the caller's arrays stay alive); the reference is another copy when KL is on."""
-    params = {k: jnp.copy(v) for k, v in params.items()}
+    """A fresh state (step 0) around ``params``; the reference is a copy when KL is on."""
+    params = dict(params)
     with_ref = cfg.kl_coef > 0 if with_ref is None else with_ref
     return TrainState(
         step=jnp.zeros((), jnp.int32),
@@ -262,21 +262,29 @@ def one_device_mesh() -> Mesh:
     return make_mesh(devices=jax.local_devices()[:1])
 
 
-def compile_step(model: Model, mesh: Mesh | None, cfg: LearnerConfig, state_sh: Any = None):
-    """``train_step`` jitted once: state donated, shardings from the mesh rules (no mesh:
-    one device)."""
+def compile_step(
+    model: Model,
+    mesh: Mesh | None,
+    cfg: LearnerConfig,
+    state_sh: Any = None,
+    step_fn: Any = None,
+):
+    """``step_fn`` (default :func:`train_step`; ``learner.sft`` passes its own) jitted once:
+    state donated, shardings from the mesh rules (no mesh: one device), the activations'
+    rows kept split as the batch's."""
     mesh = mesh if mesh is not None else one_device_mesh()
     state_sh = state_sh if state_sh is not None else state_shardings(model, mesh, cfg)
     replicated = NamedSharding(mesh, PartitionSpec())
     rows = batch_sharding(mesh)
+    step_fn = train_step if step_fn is None else step_fn
 
     def step(state: TrainState, batch: Mapping[str, jax.Array]):
-        with decoder.rows_sharded(rows):  # activations keep the batch's row split
-            return train_step(state, batch, model=model, cfg=cfg)
+        with decoder.rows_sharded(rows):
+            return step_fn(state, batch, model=model, cfg=cfg)
 
     return jax.jit(
         step,
-        in_shardings=(state_sh, batch_sharding(mesh)),
+        in_shardings=(state_sh, rows),
         out_shardings=(state_sh, replicated),
         donate_argnums=(0,),
     )
@@ -285,8 +293,8 @@ def compile_step(model: Model, mesh: Mesh | None, cfg: LearnerConfig, state_sh: 
 def place(x: Any, sharding: NamedSharding) -> jax.Array:
     """A global array from a value every process holds in full (each process places
     only its own shards, so this works across hosts as well as on one)."""
-    if jax.process_count() == 1:
-        return jax.device_put(x, sharding)
+    if jax.process_count() == 1:  # a buffer of its own: a donated state never frees x
+        return jax.device_put(x, sharding, may_alias=False)
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):  # place the key's raw data, re-wrap it
         data = place(jax.random.key_data(x), sharding)
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
