@@ -33,6 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from learner.modelconfig import ModelConfig
+from learner.sharding import shard
 from shared.config import CheckpointConfig, RunConfig, from_dict, to_toml
 from shared.tokenizer import read_tokenizer_files, write_tokenizer_files
 
@@ -296,10 +297,12 @@ def stack_layers(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _place(params: dict[str, Any], shardings: Any) -> dict[str, jax.Array]:
-    if isinstance(shardings, Mapping):
-        return {k: jax.device_put(v, shardings[k]) for k, v in params.items()}
-    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return {k: jax.device_put(v, shardings or default) for k, v in params.items()}
+    """``params`` placed as ``restore`` places them: per parameter, one for all, or one
+    local device."""
+    if not isinstance(shardings, Mapping):
+        one = shardings or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = dict.fromkeys(params, one)
+    return shard(params, shardings)
 
 
 def model_config_of(meta: Mapping[str, Any]) -> ModelConfig | None:

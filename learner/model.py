@@ -187,8 +187,7 @@ class Model(nnx.Module):
         )
 
     def __call__(self, tokens, positions=None, attention_mask=None) -> jax.Array:
-        h, _ = decoder.hidden(self.cfg, get_params(self), tokens, positions, attention_mask)
-        return self.unembed(h)
+        return apply(self, get_params(self), tokens, positions, attention_mask)
 
     def prefill(
         self, tokens: jax.Array, lengths: jax.Array, cache_len: int
