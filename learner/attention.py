@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["IMPLS", "attention", "block_for", "resolve"]
+__all__ = ["IMPLS", "attend_masked", "attention", "block_for", "resolve"]
 
 IMPLS = ("auto", "dense", "blockwise", "cudnn")
 # Masked scores. Finite so that no max/subtract ever meets inf - inf; exp(_MASKED - x)
@@ -138,16 +138,26 @@ def _mm(spec: str, x: jax.Array, y: jax.Array) -> jax.Array:
 # ----------------------------------------------------------------------------- dense
 
 
+def attend_masked(
+    q_bhtd: jax.Array, k_bkcd: jax.Array, v_bkcd: jax.Array, vis_bqc: jax.Array
+) -> jax.Array:
+    """q (B, H, T, D) over the keys and values (B, Hkv, S, D) that ``vis_bqc`` (B, T, S)
+    marks visible: full float32 scores and a masked softmax -> (B, H, T, D) in q's dtype.
+    Also the KV-cache decode step's attention (``learner.decoder.decode``)."""
+    b, h, t, d = q_bhtd.shape
+    q_bkgtd = q_bhtd.reshape(b, k_bkcd.shape[1], -1, t, d)
+    s_bkgqc = _mm("bkgqd,bkcd->bkgqc", q_bkgtd, k_bkcd)
+    s_bkgqc = jnp.where(vis_bqc[:, None, None], s_bkgqc / math.sqrt(d), _MASKED)
+    p_bkgqc = jax.nn.softmax(s_bkgqc, axis=-1)
+    o_bkgqd = _mm("bkgqc,bkcd->bkgqd", p_bkgqc.astype(v_bkcd.dtype), v_bkcd)
+    return o_bkgqd.reshape(b, h, t, d).astype(q_bhtd.dtype)
+
+
 def _dense(q_bhtd: jax.Array, k_bktd: jax.Array, v_bktd: jax.Array, seg_bt: jax.Array):
     """The reference: full float32 scores, masked softmax, padding rows zeroed."""
-    b, h, t, d = q_bhtd.shape
-    q_bkgtd = q_bhtd.reshape(b, k_bktd.shape[1], -1, t, d)
-    s_bkgqc = _mm("bkgqd,bkcd->bkgqc", q_bkgtd, k_bktd)
-    pos = jnp.arange(t)
-    vis_b11qc = _visible(seg_bt, seg_bt, pos, pos)[:, None, None]
-    p_bkgqc = jax.nn.softmax(jnp.where(vis_b11qc, s_bkgqc / math.sqrt(d), _MASKED), axis=-1)
-    o_bkgqd = _mm("bkgqc,bkcd->bkgqd", p_bkgqc.astype(v_bktd.dtype), v_bktd)
-    return _zero_padding(o_bkgqd.reshape(b, h, t, d), seg_bt).astype(q_bhtd.dtype)
+    pos = jnp.arange(q_bhtd.shape[2])
+    out = attend_masked(q_bhtd, k_bktd, v_bktd, _visible(seg_bt, seg_bt, pos, pos))
+    return _zero_padding(out, seg_bt)
 
 
 # ----------------------------------------------------------------------------- cuDNN / XLA

@@ -34,14 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from learner.attention import attention, resolve
+from learner.attention import attend_masked, attention, resolve
 from learner.modelconfig import ModelConfig
 
 Params = Mapping[str, jax.Array]
 KVCache = tuple[jax.Array, jax.Array]  # (k, v), each (L, B, Hkv, S, D)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 REMAT = ("none", "full", "dots_no_batch")
-_NEG = float(np.finfo(np.float32).min)
 LAYERS = "layers."
 
 
@@ -172,17 +171,6 @@ def qkv(cfg: ModelConfig, p: Params, x: jax.Array, cos: jax.Array, sin: jax.Arra
     q = apply_rope(_project(cfg, p, h, "q"), cos, sin)
     k = apply_rope(_project(cfg, p, h, "k"), cos, sin)
     return q, k, _project(cfg, p, h, "v")
-
-
-def attend_dense(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """q (B, H, T, D) over k, v (B, Hkv, S, D); mask (B, T, S) True = visible -> (B, H, T, D)."""
-    b, h, t, d = q.shape
-    kvh = k.shape[1]
-    qg = q.reshape(b, kvh, h // kvh, t, d)
-    scores = jnp.einsum("bkgtd,bksd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    scores = jnp.where(mask[:, None, None], scores / math.sqrt(d), _NEG)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bksd->bkgtd", probs, v).reshape(b, h, t, d)
 
 
 def finish_block(cfg: ModelConfig, p: Params, x: jax.Array, heads: jax.Array) -> jax.Array:
@@ -317,7 +305,7 @@ def decode(
     """
     s = cache[0].shape[3]
     cos, sin = rope_tables(jnp.asarray(rope_inv_freq(cfg)), positions[:, None])
-    mask = (jnp.arange(s)[None] <= positions[:, None])[:, None, :]  # (B, 1, S)
+    mask = (jnp.arange(s)[None] <= positions[:, None])[:, None, :]  # (B, 1, S): visible
     x = embed(cfg, params, tokens[:, None])
     cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
     rows = jnp.arange(tokens.shape[0])
@@ -332,7 +320,7 @@ def decode(
         v_cache = v_cache.at[i, rows, :, positions].set(
             v[:, :, 0].astype(v_cache.dtype), mode="drop"
         )
-        heads = attend_dense(q, k_cache[i], v_cache[i], mask)
+        heads = attend_masked(q, k_cache[i], v_cache[i], mask)
         return (finish_block(cfg, p, x, heads), k_cache, v_cache), None
 
     layers = (layer_params(params), jnp.arange(cfg.num_layers))

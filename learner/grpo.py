@@ -168,11 +168,3 @@ def segment_sums(values_bt: jax.Array, segment_bt: jax.Array) -> jax.Array:
     b, t = segment_bt.shape
     ids = jnp.arange(b, dtype=jnp.int32)[:, None] * (t + 1) + segment_bt.astype(jnp.int32)
     return jax.ops.segment_sum(values_bt.reshape(-1), ids.reshape(-1), num_segments=b * (t + 1))
-
-
-def token_entropy(logits_btv: jax.Array, mask_bt: jax.Array) -> jax.Array:
-    """Mean entropy (nats) of the policy over unmasked tokens."""
-    logp = jax.nn.log_softmax(logits_btv.astype(jnp.float32), axis=-1)
-    ent = -(jnp.exp(logp) * logp).sum(-1)  # (B, T)
-    mask = mask_bt.astype(jnp.float32)
-    return (ent * mask).sum() / jnp.maximum(mask.sum(), 1.0)

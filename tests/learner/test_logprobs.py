@@ -140,3 +140,15 @@ def test_chunking_bounds_the_backward_memory():
     bound = 3 * c * v * 4 + e * v * 4 + 4 * t * e * 4
     assert chunked < bound
     assert chunked < dense / 4
+
+
+def test_entropy_of_a_uniform_policy_is_log_v():
+    # uniform over 4 tokens: entropy log 4 = 1.3863, and log p of any target log(1/4)
+    logp, ent = chunked_token_logprobs(
+        jnp.zeros((2, 3, 1)),
+        lambda h: jnp.zeros((*h.shape[:2], 4), jnp.float32),
+        jnp.zeros((2, 3), jnp.int32),
+        chunk=2,
+    )
+    np.testing.assert_allclose(ent, np.full((2, 3), np.log(4)), rtol=1e-6)
+    np.testing.assert_allclose(logp, np.full((2, 3), -np.log(4)), rtol=1e-6)
