@@ -91,6 +91,21 @@ class Back(Action):
 
 
 @dataclass(frozen=True)
+class Forward(Action):
+    """Go forward one page in the browser's history (playwright and som modes)."""
+
+    name: ClassVar[str] = "forward"
+
+
+@dataclass(frozen=True)
+class Observe(Action):
+    """Read the page again without acting (playwright and som modes): for a page that
+    changes by itself (a timer, content loaded later)."""
+
+    name: ClassVar[str] = "observe"
+
+
+@dataclass(frozen=True)
 class Click(Action):
     """Click the element a Playwright selector matches."""
 
@@ -265,6 +280,8 @@ def _playwright_table() -> tuple[ActionSpec, ...]:
             Scroll(0, 600),
         ),
         ActionSpec(Back, (), "Go back to the previous page.", "back()", Back()),
+        ActionSpec(Forward, (), "Go forward again after back().", "forward()", Forward()),
+        ActionSpec(Observe, (), "Read the page again without acting.", "observe()", Observe()),
         ActionSpec(
             ExtractText,
             (_SELECTOR,),
@@ -302,6 +319,8 @@ def _som_table() -> tuple[ActionSpec, ...]:
             SomScroll("down"),
         ),
         ActionSpec(Back, (), "Go back to the previous page.", "back()", Back()),
+        ActionSpec(Forward, (), "Go forward again after back().", "forward()", Forward()),
+        ActionSpec(Observe, (), "Read the page again without acting.", "observe()", Observe()),
         ActionSpec(
             Goto,
             (_URL,),

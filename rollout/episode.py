@@ -110,7 +110,7 @@ async def run_episode(
             seq.add(turn, mask=0)
             text = r.text
         if not env.done:  # the context budget ran out before the step budget
-            scored = env.truncate()
+            scored = await env.truncate()
             reward, breakdown = scored.value, scored.breakdown
     except InferenceError as e:
         status, reward, breakdown = "infra_error", 0.0, {}

@@ -95,6 +95,12 @@ class EnvConfig:
         "the scheme must be http or https.",
     )
     screenshots: bool = option(False, "Attach a screenshot to som observations.")
+    observation: Literal["text", "axtree"] = option(
+        "text",
+        "What browser observations show: `text`, the page's text as rendered with the "
+        "numbered elements inline (som); `axtree`, the page's accessibility tree (ARIA "
+        "snapshot), with the numbered elements listed after it in som mode.",
+    )
     browser_path: str = option(
         "/usr/bin/chromium-headless-shell", "Chromium executable Playwright launches."
     )

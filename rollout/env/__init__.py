@@ -45,7 +45,7 @@ def make_env(
     mode: str,
     web_url: str,
     env: EnvConfig,
-    search: SearchConfig,
+    search: SearchConfig | None = None,
     *,
     session: aiohttp.ClientSession | None = None,
     lease: Lease | None = None,
@@ -53,8 +53,9 @@ def make_env(
     episode_id: str | None = None,
     verifier=None,
 ) -> Environment:
-    """An environment for one episode. api mode needs ``session`` (for search); the
-    browser modes need ``lease`` (a context from a :class:`BrowserPool`)."""
+    """An environment for one episode. api mode needs ``session`` (for search; ``search``
+    configures it, ``SearchConfig()`` when None); the browser modes need ``lease`` (a
+    context from a :class:`BrowserPool`) and no search config."""
     policy = policy_for(web_url, env)
     limits = EpisodeLimits(env.max_steps, env.action_timeout_s, env.observation_chars)
     if mode == "api":
@@ -62,6 +63,7 @@ def make_env(
             raise ValueError("api mode needs an aiohttp session for the search client")
         from rollout.env.api import ApiBackend
 
+        search = search if search is not None else SearchConfig()
         client = SearchClient(
             search_endpoint(web_url, search), session,
             top_k=search.top_k, timeout_s=search.timeout_s, retries=search.retries,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from urllib.parse import urldefrag, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
@@ -28,7 +29,9 @@ from rollout.actions import (
     Click,
     ExtractText,
     Fill,
+    Forward,
     Goto,
+    Observe,
     Screenshot,
     Scroll,
     SomClick,
@@ -39,22 +42,49 @@ from rollout.browser_pool import Lease
 from rollout.egress import REFUSED_HEADER
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.observation import Observation
+from rollout.env import som_js
 from rollout.env.som_js import LABEL_JS, OVERLAY_JS, REMOVE_OVERLAY_JS
+
+LISTENER_INIT_JS = getattr(som_js, "LISTENER_INIT_JS", "")  # TEMP until the labeller lands
 from rollout.urls import UrlPolicy, is_allowed
 
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
+NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
+# what Playwright's call log says when an element could not be acted on, in the agent's words
+_BLOCKERS = (
+    ("intercepts pointer events", "it is covered"),
+    ("not visible", "it is not visible"),
+    ("not enabled", "it is disabled"),
+    ("not editable", "it is not editable"),
+    ("not stable", "it keeps moving"),
+    ("outside of the viewport", "it lies outside the page"),
+)
 
 
 class PlaywrightBackend:
     mode = "playwright"
 
-    def __init__(self, lease: Lease, policy: UrlPolicy, *, action_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        lease: Lease,
+        policy: UrlPolicy,
+        *,
+        action_timeout_s: float = 10.0,
+        observation_chars: int = 4000,
+        observation: str = "text",
+    ):
         self.lease, self.policy = lease, policy
+        self.action_timeout_s = action_timeout_s
         self.timeout_ms = max(1000, int(action_timeout_s * 1000) - 500)
+        self.observation_chars, self.observation = observation_chars, observation
         self.page: Page | None = None
         self.refused: list[str] = []
         self.dialogs: list[str] = []
         self.inflight = 0
+        self.navigations = 0  # main-frame navigations committed (same-document ones too)
+        self.nav_pending = 0  # main-frame navigation requests not yet committed or failed
+        self._report: str | None = None  # what a history move did, for the observation
+        self._problem: str | None = None  # an error shown with the page's text
 
     @property
     def url(self) -> str | None:
@@ -64,6 +94,7 @@ class PlaywrightBackend:
 
     async def start(self, start_url: str) -> Observation:
         ctx = self.lease.context
+        await self._guarded(ctx.add_init_script(script=LISTENER_INIT_JS))
         ctx.on("page", self._adopt)
         self.page = await self._guarded(ctx.new_page())
         self._watch(self.page)
@@ -78,19 +109,36 @@ class PlaywrightBackend:
         page.on("request", self._count_up)
         page.on("requestfinished", self._count_down)
         page.on("requestfailed", self._count_down)
+        page.on("requestfinished", self._nav_done)
+        page.on("requestfailed", self._nav_done)
         page.on("response", self._response)
+        page.on("framenavigated", self._navigated)
 
     def _adopt(self, page: Page) -> None:  # a popup or target=_blank: it becomes current
         if page is not self.page:
             self.page = page
-            self.inflight = 0
+            self.inflight = self.nav_pending = 0
             self._watch(page)
+
+    def _main(self, frame) -> bool:
+        return self.page is not None and frame is self.page.main_frame
 
     def _count_up(self, request: Request) -> None:
         self.inflight += 1
+        if request.is_navigation_request() and self._main(request.frame):
+            self.nav_pending += 1
 
     def _count_down(self, request: Request) -> None:
         self.inflight = max(0, self.inflight - 1)
+
+    def _nav_done(self, request: Request) -> None:
+        if request.is_navigation_request() and self._main(request.frame):
+            self.nav_pending = max(0, self.nav_pending - 1)
+
+    def _navigated(self, frame) -> None:
+        if self._main(frame):
+            self.navigations += 1
+            self.nav_pending = 0
 
     async def _dialog(self, dialog) -> None:
         self.dialogs.append(f"{dialog.type}: {dialog.message}"[:200])
@@ -107,9 +155,15 @@ class PlaywrightBackend:
     async def act(self, action: Action) -> Observation:
         self.refused.clear()
         self.dialogs.clear()
+        self._report = self._problem = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.action_timeout_s - 0.25
         shot = None
         try:
+            navigations = self.navigations
             shot = await self._do(action)
+            may_navigate = isinstance(action, Click | SomClick | SomType)
+            await self._after_navigation(navigations, deadline, may_navigate)
             await self._settle()
             obs = await self._observe()
         except PlaywrightError as e:
@@ -119,11 +173,40 @@ class PlaywrightBackend:
                 await self._replace_page()
                 raise ToolError("the page crashed; a blank page is open now") from None
             if isinstance(e, PlaywrightTimeout):
+                blocked = _blocked_because(e)
+                if blocked:  # the element is there but cannot be used: say why
+                    raise ToolError(f"{action.name} timed out: {blocked}") from None
                 await self.recover()
                 raise ActionTimeout(f"{action.name} timed out: {_first_line(e)}") from None
             await self._quiesce()
             raise ToolError(self._explain(action, e)) from None
         return self._decorate(obs, shot)
+
+    async def _after_navigation(self, navigations: int, deadline: float, wait: bool) -> None:
+        """Wait for the navigation the action caused, if any: its start (after a click,
+        a moment for the page's handler to begin it), its commit, the load event, then
+        the scroll to its ``#fragment``; all within the action's time."""
+        loop = asyncio.get_running_loop()
+        start_by = loop.time() + (NAV_START_S if wait else 0.0)
+        requested = False
+        while self.navigations == navigations and loop.time() < deadline:
+            if self.nav_pending:
+                requested = True  # a request went out: wait for its commit
+            elif requested or loop.time() >= start_by:
+                break  # none started, or it ended without a new document (204, download)
+            await asyncio.sleep(0.01)
+        if self.navigations == navigations:
+            return
+        remaining_ms = max(100, int((deadline - loop.time()) * 1000))
+        await self.page.wait_for_load_state("load", timeout=remaining_ms)
+        await self._fragment_scroll()
+
+    async def _fragment_scroll(self) -> None:
+        """The browser scrolls to a URL's ``#fragment`` after load; make sure it did before
+        the page is read (the observation window starts where the view does)."""
+        if "#" not in self.page.url:
+            return
+        await self.page.evaluate(_FRAGMENT_JS)
 
     async def _quiesce(self) -> None:
         """After a failed navigation (a redirect loop, a refused load) Chromium is still
@@ -138,14 +221,15 @@ class PlaywrightBackend:
             case Goto(url=url):
                 await self._goto(page, url)
             case Click(selector=sel):
-                await self._click(await self._present(sel))
+                await self._click(await self._usable(sel, "click"))
             case Fill(selector=sel, value=value):
-                await (await self._present(sel)).fill(value)
+                await (await self._usable(sel, "fill")).fill(value)
             case Scroll(dx=dx, dy=dy):
                 await page.evaluate("([x, y]) => window.scrollBy(x, y)", [dx, dy])
-            case Back():
-                if await page.go_back(wait_until="load") is None:
-                    raise ToolError("there is no previous page")
+            case Back() | Forward():
+                await self._history(action)
+            case Observe():
+                pass
             case ExtractText(selector=sel):
                 texts = await page.locator(sel).all_inner_texts()
                 if not texts:
@@ -172,6 +256,27 @@ class PlaywrightBackend:
             if urldefrag(page.url).url == urldefrag(url).url:
                 return  # what interrupted it was this very navigation, now loaded
 
+    async def _history(self, action: Back | Forward) -> None:
+        """``back`` / ``forward``, reporting what the browser did: another page, a move
+        within the same page (an anchor), or nothing (no page that way); the observation
+        shows the page either way."""
+        page, before = self.page, self.page.url
+        move = page.go_back if isinstance(action, Back) else page.go_forward
+        response = await move(wait_until="load")
+        if response is None:  # same-document move, or none at all
+            loop = asyncio.get_running_loop()
+            until = loop.time() + 0.3
+            while page.url == before and loop.time() < until:
+                await asyncio.sleep(0.02)
+        way = "back" if isinstance(action, Back) else "forward"
+        if page.url == before and response is None:
+            self._problem = f"there is no page to go {way} to; still on this page"
+        elif urldefrag(page.url).url == urldefrag(before).url:
+            self._report = f"went {way} to {page.url} (a move within the same page)"
+            await self._fragment_scroll()
+        else:
+            self._report = f"went {way} to {page.url}"
+
     async def _click(self, target) -> None:
         """Click; a link that opens a new tab (target=_blank) makes that tab current."""
         if await target.evaluate("e => (e.closest('a[target]') || {}).target === '_blank'"):
@@ -183,13 +288,27 @@ class PlaywrightBackend:
         else:
             await target.click()
 
-    async def _present(self, selector: str):
-        """The first element a selector matches, failing at once (not after the timeout)
-        when none does: an agent's wrong selector is its error to fix, not a wait."""
+    async def _usable(self, selector: str, verb: str):
+        """The first element a selector matches that a person could use: visible and
+        enabled. When none is, fail at once (not after the timeout) saying what matched
+        and why none could be used: an agent's wrong selector is its error to fix."""
         loc = self.page.locator(selector)
-        if await loc.count() == 0:
+        count = await loc.count()
+        if count == 0:
             raise ToolError(f"no element matches {selector!r}")
-        return loc.first
+        visible = loc.filter(visible=True)
+        shown = await visible.count()
+        for i in range(min(shown, 20)):
+            candidate = visible.nth(i)
+            if await candidate.is_enabled():
+                return candidate
+        first = await _describe(loc.first)
+        if shown == 0:
+            why = "none is visible" if count > 1 else "it is not visible"
+        else:
+            why = "every visible one is disabled" if shown > 1 else "it is disabled"
+        matches = f"{count} elements match" if count > 1 else "1 element matches"
+        raise ToolError(f"cannot {verb} {selector!r}: {matches} ({first}) but {why}")
 
     async def _settle(self) -> None:
         """Give the page's own requests (JavaScript fetching content) a moment to finish."""
@@ -197,39 +316,49 @@ class PlaywrightBackend:
         while self.inflight > 0 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
 
+    async def _label(self, marks: bool) -> dict:
+        """The labeller's pass: the text from where the view starts, within the budget."""
+        scrolled = await self.page.evaluate("window.scrollY") > 0
+        opts = {
+            "marks": marks,
+            "fromViewport": scrolled,
+            "maxChars": self.observation_chars,
+            "maxLabels": 0,
+        }
+        return await self.page.evaluate(LABEL_JS, opts)
+
     async def _observe(self) -> Observation:
         page = self.page
         extracted, self._extracted = getattr(self, "_extracted", None), None
         if extracted is not None:
-            text = extracted
-        elif await page.evaluate("window.scrollY") > 0:
-            view = await page.evaluate(
-                LABEL_JS, {"marks": False, "fromViewport": True, "maxLabels": 0}
-            )
-            text = view["text"]
+            text, title = extracted, await page.title()
+        elif self.observation == "axtree":
+            text, title = await self._axtree(), await page.title()
         else:
-            text = await page.evaluate("document.body ? document.body.innerText : ''")
-        title = await page.title()
+            view = await self._label(marks=False)
+            text, title = _with_more(view), view["title"]
         return Observation(
             text, url=page.url, title=title, summary=_summary(page.url, title), page_text=text
         )
 
+    async def _axtree(self) -> str:
+        return await self.page.locator("body").aria_snapshot(timeout=self.timeout_ms)
+
     def _decorate(self, obs: Observation, shot: bytes | None) -> Observation:
         errors = []
+        if self._problem:
+            errors.append(self._problem)
         if self.refused:
             errors.append(f"refused to load {self.refused[0]} (not an allowed site)")
         if self.dialogs:
             errors.append("a dialog was dismissed: " + "; ".join(self.dialogs))
-        if not errors and shot is None:
+        if not errors and shot is None and not self._report:
             return obs
-        return Observation(
-            obs.text,
-            url=obs.url,
-            title=obs.title,
+        return dataclasses.replace(
+            obs,
             error="; ".join(errors) or None,
-            summary=obs.summary,
-            screenshot=shot,
-            page_text=obs.page_text,
+            note=self._report or obs.note,
+            screenshot=shot if shot is not None else obs.screenshot,
         )
 
     def _explain(self, action: Action, e: PlaywrightError) -> str:
@@ -251,7 +380,7 @@ class PlaywrightBackend:
             if self.lease.browser_lost:
                 return
             await self._replace_page()
-        self.inflight = 0
+        self.inflight = self.nav_pending = 0
 
     async def _replace_page(self) -> None:
         page = await self._guarded(self.lease.context.new_page())
@@ -275,11 +404,23 @@ class SomBackend(PlaywrightBackend):
 
     mode = "som"
 
-    def __init__(self, lease: Lease, policy: UrlPolicy, *, action_timeout_s: float = 10.0,
-                 screenshots: bool = False, max_labels: int = 1000):  # fmt: skip
-        super().__init__(lease, policy, action_timeout_s=action_timeout_s)
-        self.screenshots, self.max_labels = screenshots, max_labels
+    def __init__(
+        self,
+        lease: Lease,
+        policy: UrlPolicy,
+        *,
+        action_timeout_s: float = 10.0,
+        screenshots: bool = False,
+        observation_chars: int = 4000,
+        observation: str = "text",
+    ):
+        super().__init__(
+            lease, policy, action_timeout_s=action_timeout_s,
+            observation_chars=observation_chars, observation=observation,
+        )  # fmt: skip
+        self.screenshots = screenshots
         self.last_screenshot: bytes | None = None  # the latest marked view, for the dashboard
+        self.shown: frozenset[int] = frozenset()  # the numbers the last observation showed
 
     async def _do(self, action: Action) -> bytes | None:
         page = self.page
@@ -302,26 +443,39 @@ class SomBackend(PlaywrightBackend):
             case SomScroll(direction=d):
                 sign = -1 if d == "up" else 1
                 await page.evaluate("s => window.scrollBy(0, s * window.innerHeight * 0.8)", sign)
-            case Goto() | Back():
+            case Goto() | Back() | Forward() | Observe():
                 return await super()._do(action)
             case _:
                 raise ToolError(f"{action.name} is not available in som mode")
         return None
 
     async def _marked(self, n: int):
+        """The element numbered ``n`` in the last observation. A number that observation
+        did not show is refused: numbers always mean what the agent saw."""
+        if n not in self.shown:
+            raise ToolError(f"there is no element [{n}] in the last view; use a number shown in it")
         for frame in self.page.frames:
             loc = frame.locator(f'[data-som-id="{n}"]')
             if await loc.count():
                 return loc.first
-        raise ToolError(f"there is no element [{n}] on this view; use a number shown in it")
+        raise ToolError(f"element [{n}] is gone from the page (it changed); look again")
 
     async def _observe(self) -> Observation:
         page = self.page
-        opts = {"marks": True, "fromViewport": True, "maxLabels": self.max_labels}
-        view = await page.evaluate(LABEL_JS, opts)
+        try:
+            view = await self._label(marks=True)
+        except PlaywrightError:
+            self.shown = frozenset()
+            raise
+        elements = tuple(view["elements"])
+        self.shown = frozenset(e["id"] for e in elements)
+        text = _with_more(view)
+        if self.observation == "axtree":
+            listed = "\n".join(_element_line(e) for e in elements)
+            text = await self._axtree() + ("\n\nNumbered elements:\n" + listed if listed else "")
         shot = None
         if self.screenshots:
-            await page.evaluate(OVERLAY_JS, view["elements"])
+            await page.evaluate(OVERLAY_JS, list(elements))
             try:
                 shot = await page.screenshot(type="png")
             finally:
@@ -329,9 +483,60 @@ class SomBackend(PlaywrightBackend):
             self.last_screenshot = shot
         title = view["title"]
         return Observation(
-            view["text"], url=page.url, title=title, summary=_summary(page.url, title),
-            screenshot=shot, page_text=view["text"],
+            text, url=page.url, title=title, summary=_summary(page.url, title),
+            screenshot=shot, page_text=text, elements=elements,
         )  # fmt: skip
+
+
+_FRAGMENT_JS = r"""
+async () => {
+  const frame = () => new Promise(r => requestAnimationFrame(() => r()));
+  await frame(); await frame();
+  let id = location.hash.slice(1);
+  try { id = decodeURIComponent(id); } catch (e) {}
+  if (!id) return;
+  const el = document.getElementById(id) || document.getElementsByName(id)[0];
+  if (!el) return;
+  const r = el.getBoundingClientRect();
+  if (r.top < -1 || r.top > innerHeight / 2) el.scrollIntoView({block: 'start'});
+}
+"""
+
+
+async def _describe(locator) -> str:
+    """A short description of an element for an error: tag, id or class, text."""
+    with contextlib.suppress(PlaywrightError):
+        return await locator.evaluate(
+            """e => { const t = (e.innerText || e.value || '').replace(/\\s+/g, ' ').trim();
+              const id = e.id ? '#' + e.id : (e.classList[0] ? '.' + e.classList[0] : '');
+              return '<' + e.tagName.toLowerCase() + id + '>' + (t ? ' "' + t.slice(0, 40) + '"' : ''); }""",
+            timeout=1000,
+        )
+    return "an element"
+
+
+def _blocked_because(e: PlaywrightError) -> str | None:
+    """Why Playwright could not act on an element it found, from its call log."""
+    log = str(e)
+    for line in reversed(log.splitlines()):
+        for needle, words in _BLOCKERS:
+            if needle in line:
+                detail = line.strip().lstrip("- ").strip()
+                return f"{words} ({detail[:200]})"
+    return None
+
+
+def _with_more(view: dict) -> str:
+    text = view["text"]
+    if view.get("more"):
+        text += "\n[... more below: scroll down to read on]"
+    return text
+
+
+def _element_line(e: dict) -> str:
+    value = e.get("value")
+    line = f'[{e["id"]}] {e["role"]} "{e["name"]}"'
+    return line + (f' value="{value}"' if value is not None else "")
 
 
 def _harmless_href(href: str) -> bool:

@@ -2,8 +2,11 @@
 
 One episode per instance. Every step is parsed (the mode's dialect and URL
 allowlist), run by the mode's backend under a timeout, recorded (episode record
-and progress tracker) and, on ``answer``, scored by the task's verifier. Errors
-have one policy per kind:
+and progress tracker) and, at the end (``answer``, or truncation), scored: by the task's verifier
+(its ``type``), or by the reward its ``"reward"`` names (a page-defined reward read
+from the browser's page, or a verifier by name; see :mod:`rollout.env.page_reward`).
+``reset`` and ``step`` both return a :class:`StepResult`. Errors have one policy
+per kind:
 
 - the agent's errors (unparsable text, a refused URL, a missing selector, a
   page that fails or times out) become an error observation and the episode
@@ -24,12 +27,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rollout.actions import Action, Answer, describe_actions
+from rollout.env import page_reward
 from rollout.env.observation import Observation, render
 from rollout.parser import ParseError, parse
 from rollout.records import EpisodeRecord, Step
 from rollout.tracker import EpisodeTracker
 from rollout.urls import UrlPolicy
 from rollout.verifiers import Reward, VerifierConfig, verify
+from rollout.verifiers.scorers import SCORERS, golds
 
 
 class ToolError(RuntimeError):
@@ -117,9 +122,13 @@ class Environment:
 
     # ------------------------------------------------------------------ episode
 
-    async def reset(self, task: Mapping[str, Any]) -> Observation:
+    async def reset(self, task: Mapping[str, Any]) -> StepResult:
+        """Start the episode at ``task["start_url"]``: the first observation, as a
+        :class:`StepResult` (``text`` as the model reads it, reward 0, not over).
+        A task that cannot be scored here raises ``ValueError`` before anything starts."""
         if self.record is not None:
             raise RuntimeError("an Environment runs one episode; make a new one")
+        self.check_task(task)
         self.record = EpisodeRecord(self.episode_id, dict(task), self.mode, started=time.time())
         try:
             self.first = await asyncio.wait_for(
@@ -132,7 +141,47 @@ class Environment:
         self.record.user_prompt = self.user_prompt()
         if self.run_dir is not None:
             self.tracker = EpisodeTracker(self.run_dir, self.record)
-        return self.first
+        return StepResult(
+            self.first, render(self.first, self.limits.observation_chars), 0.0, False, False
+        )
+
+    def check_task(self, task: Mapping[str, Any]) -> None:
+        """``ValueError`` (naming the task) unless the task can be started and scored in
+        this mode: a ``start_url``, a ``question``, and a valid ``"reward"`` or a known ``type``, with the
+        answer its verifier compares with."""
+        tid = task.get("id")
+        if not task.get("start_url"):
+            raise ValueError(f"task {tid!r}: no start_url")
+        if not isinstance(task.get("question"), str):
+            raise ValueError(f"task {tid!r}: no question (the text the agent is asked)")
+        spec = task.get("reward")
+        if spec is not None:
+            try:
+                page_reward.validate(spec)
+            except ValueError as e:
+                raise ValueError(f"task {tid!r}: {e}") from None
+            if page_reward.needs_page(spec):
+                if not hasattr(self.backend, "page"):
+                    kind = page_reward.kind_of(spec)
+                    raise ValueError(
+                        f"task {tid!r}: a {kind} reward is read from the browser's page, "
+                        f"and {self.mode} mode has no page; use playwright or som mode"
+                    )
+                return
+        name = spec["verifier"] if spec is not None else task.get("type")
+        if not isinstance(name, str) or name not in SCORERS:
+            raise ValueError(
+                f"task {tid!r}: unknown type {name!r}; expected one of {', '.join(SCORERS)}, "
+                'or a "reward" ({"page_js": ...}, {"page_text": ...} or {"verifier": ...})'
+            )
+        if name == "multi_doc" and any(
+            isinstance(f, str) and f.strip() for f in task.get("key_facts") or ()
+        ):
+            return
+        try:
+            golds(task)
+        except ValueError as e:
+            raise ValueError(f"{e} (the {name} verifier compares the answer with it)") from None
 
     async def step(self, action: Action | str) -> StepResult:
         if self.record is None:
@@ -148,9 +197,9 @@ class Environment:
         )
         if isinstance(parsed, ParseError):
             obs = Observation("", url=self.backend.url, error=parsed.message, summary="parse error")
-            return self._after(raw, None, obs, started, "parse_error")
+            return await self._after(raw, None, obs, started, "parse_error")
         if isinstance(parsed, Answer):
-            return self._answer(raw, parsed, started)
+            return await self._answer(raw, parsed, started)
         error = None
         try:
             obs = await asyncio.wait_for(self.backend.act(parsed), self.limits.action_timeout_s)
@@ -167,7 +216,7 @@ class Environment:
             return self._infra(raw, parsed, started, str(e))
         if parsed.note:
             obs = Observation(**{**obs.__dict__, "note": parsed.note})
-        return self._after(raw, parsed, obs, started, error)
+        return await self._after(raw, parsed, obs, started, error)
 
     # ------------------------------------------------------------------ endings
 
@@ -191,20 +240,20 @@ class Environment:
         else:
             self.record.steps.append(step)
 
-    def _after(self, raw, action, obs, started, error) -> StepResult:
+    async def _after(self, raw, action, obs, started, error) -> StepResult:
         text = render(obs, self.limits.observation_chars)
         self._record_step(raw, action, obs, text, started, error)
         info = {"error": error, "step_ms": (time.time() - started) * 1e3}
         if len(self.record.steps) >= self.limits.max_steps:
-            reward = self._finish("truncated", None)
+            reward = await self._finish("truncated", None)
             info.update(status="truncated", reward_breakdown=reward.breakdown)
             return StepResult(obs, text, reward.value, False, True, info)
         return StepResult(obs, text, 0.0, False, False, info)
 
-    def _answer(self, raw: str, action: Answer, started: float) -> StepResult:
+    async def _answer(self, raw: str, action: Answer, started: float) -> StepResult:
         obs = Observation("", url=self.backend.url, summary="answered")
         self._record_step(raw, action, obs, "", started, None)
-        reward = self._finish("ok", action.text)
+        reward = await self._finish("ok", action.text)
         info = {"status": "ok", "reward_breakdown": reward.breakdown, "answer": action.text}
         return StepResult(obs, "", reward.value, True, False, info)
 
@@ -218,9 +267,9 @@ class Environment:
             self.record.status, self.record.error = "infra_error", why
         return StepResult(obs, "", 0.0, True, False, {"status": "infra_error", "error": why})
 
-    def _finish(self, status: str, answer: str | None) -> Reward:
+    async def _finish(self, status: str, answer: str | None) -> Reward:
         self.done = True
-        reward = verify(self.record.task, answer, self.record, self.verifier)
+        reward = await self.score(answer)
         if self.tracker is not None:
             self.tracker.finish(status, answer=answer, reward=reward)
         else:
@@ -229,14 +278,29 @@ class Environment:
             rec.breakdown, rec.ended = dict(reward.breakdown), time.time()
         return reward
 
-    def truncate(self) -> Reward:
+    async def score(self, answer: str | None) -> Reward:
+        """The episode's reward for ``answer`` (None: it gave none): the task's ``"reward"``
+        (read from the page, or a verifier by name) when it has one, else its ``type``'s
+        verifier. A page that cannot be read scores 0.0 with ``page_reward_error``."""
+        task = self.record.task
+        spec = task.get("reward")
+        if spec is None:
+            return verify(task, answer, self.record, self.verifier)
+        if not page_reward.needs_page(spec):
+            named = {**task, "type": spec["verifier"]}
+            return verify(named, answer, self.record, self.verifier)
+        page = getattr(self.backend, "page", None)
+        value, parts = await page_reward.read_page_reward(page, spec, self.limits.action_timeout_s)
+        return Reward(value, {**parts, "answered": bool((answer or "").strip())})
+
+    async def truncate(self) -> Reward:
         """End the episode now as truncated (e.g. its token budget ran out), scored as such."""
         if self.done:
             raise RuntimeError("the episode is over")
-        return self._finish("truncated", None)
+        return await self._finish("truncated", None)
 
     async def close(self) -> None:
-        if self.record is not None and not self.done:
+        if self.record is not None and not self.record.finished:
             self.done = True
             if self.tracker is not None:
                 self.tracker.finish("truncated", error="closed before the episode ended")

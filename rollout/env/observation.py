@@ -19,6 +19,9 @@ class Observation:
     summary: str = ""  # one line for the progress log
     screenshot: bytes | None = None  # PNG, when the action took one (or som screenshots are on)
     page_text: str | None = None  # the full page text the observation was cut from
+    # som: the numbered elements as data for tools and the dashboard (id, role, name,
+    # value, states, tag, and the box x/y/w/h in viewport pixels)
+    elements: tuple[dict, ...] = ()
 
 
 def truncate(text: str, budget: int) -> str:

@@ -35,11 +35,13 @@ EXPECTED_NAMES = {
         "fill",
         "scroll",
         "back",
+        "forward",
+        "observe",
         "extract_text",
         "screenshot",
         "answer",
     ],
-    "som": ["click", "type", "scroll", "back", "goto", "answer"],
+    "som": ["click", "type", "scroll", "back", "forward", "observe", "goto", "answer"],
 }
 
 
