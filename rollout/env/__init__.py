@@ -74,12 +74,15 @@ def make_env(
             raise ValueError(f"{mode} mode needs a browser lease (BrowserPool.context())")
         from rollout.env.browser import PlaywrightBackend, SomBackend
 
+        common = dict(
+            action_timeout_s=env.action_timeout_s,
+            observation_chars=env.observation_chars,
+            observation=env.observation,
+        )
         if mode == "som":
-            backend = SomBackend(
-                lease, policy, action_timeout_s=env.action_timeout_s, screenshots=env.screenshots
-            )
+            backend = SomBackend(lease, policy, screenshots=env.screenshots, **common)
         else:
-            backend = PlaywrightBackend(lease, policy, action_timeout_s=env.action_timeout_s)
+            backend = PlaywrightBackend(lease, policy, **common)
     else:
         raise ValueError(f"unknown mode {mode!r}; expected api, playwright or som")
     return Environment(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 from urllib.parse import urldefrag, urlsplit
 
 from playwright.async_api import Error as PlaywrightError
@@ -42,10 +43,14 @@ from rollout.browser_pool import Lease
 from rollout.egress import REFUSED_HEADER
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.observation import Observation
-from rollout.env import som_js
-from rollout.env.som_js import LABEL_JS, OVERLAY_JS, REMOVE_OVERLAY_JS
-
-LISTENER_INIT_JS = getattr(som_js, "LISTENER_INIT_JS", "")  # TEMP until the labeller lands
+from rollout.env.som_js import (
+    LABEL_CALL_JS,
+    LABEL_JSON_JS,
+    LABELLER_INIT_JS,
+    LISTENER_INIT_JS,
+    OVERLAY_JS,
+    REMOVE_OVERLAY_JS,
+)
 from rollout.urls import UrlPolicy, is_allowed
 
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
@@ -83,6 +88,8 @@ class PlaywrightBackend:
         self.inflight = 0
         self.navigations = 0  # main-frame navigations committed (same-document ones too)
         self.nav_pending = 0  # main-frame navigation requests not yet committed or failed
+        self.frame_pending = 0  # the same in iframes (a form submitted inside one)
+        self.frames_moved: list = []  # iframes that navigated, since the action began
         self._report: str | None = None  # what a history move did, for the observation
         self._problem: str | None = None  # an error shown with the page's text
 
@@ -95,6 +102,7 @@ class PlaywrightBackend:
     async def start(self, start_url: str) -> Observation:
         ctx = self.lease.context
         await self._guarded(ctx.add_init_script(script=LISTENER_INIT_JS))
+        await self._guarded(ctx.add_init_script(script=LABELLER_INIT_JS))
         ctx.on("page", self._adopt)
         self.page = await self._guarded(ctx.new_page())
         self._watch(self.page)
@@ -117,7 +125,7 @@ class PlaywrightBackend:
     def _adopt(self, page: Page) -> None:  # a popup or target=_blank: it becomes current
         if page is not self.page:
             self.page = page
-            self.inflight = self.nav_pending = 0
+            self.inflight = self.nav_pending = self.frame_pending = 0
             self._watch(page)
 
     def _main(self, frame) -> bool:
@@ -125,20 +133,28 @@ class PlaywrightBackend:
 
     def _count_up(self, request: Request) -> None:
         self.inflight += 1
-        if request.is_navigation_request() and self._main(request.frame):
-            self.nav_pending += 1
+        if request.is_navigation_request():
+            if self._main(request.frame):
+                self.nav_pending += 1
+            else:
+                self.frame_pending += 1
 
     def _count_down(self, request: Request) -> None:
         self.inflight = max(0, self.inflight - 1)
 
     def _nav_done(self, request: Request) -> None:
-        if request.is_navigation_request() and self._main(request.frame):
-            self.nav_pending = max(0, self.nav_pending - 1)
+        if request.is_navigation_request():
+            if self._main(request.frame):
+                self.nav_pending = max(0, self.nav_pending - 1)
+            else:
+                self.frame_pending = max(0, self.frame_pending - 1)
 
     def _navigated(self, frame) -> None:
         if self._main(frame):
             self.navigations += 1
             self.nav_pending = 0
+        elif self.page is not None and frame.page is self.page:
+            self.frames_moved.append(frame)
 
     async def _dialog(self, dialog) -> None:
         self.dialogs.append(f"{dialog.type}: {dialog.message}"[:200])
@@ -161,9 +177,12 @@ class PlaywrightBackend:
         shot = None
         try:
             navigations = self.navigations
+            self.frames_moved = []
             shot = await self._do(action)
             may_navigate = isinstance(action, Click | SomClick | SomType)
             await self._after_navigation(navigations, deadline, may_navigate)
+            if isinstance(action, Scroll | SomScroll):  # what the page does when scrolled
+                await self.page.evaluate(_FRAMES_JS)  # (lazy loading) starts by the next frame
             await self._settle()
             obs = await self._observe()
         except PlaywrightError as e:
@@ -190,16 +209,20 @@ class PlaywrightBackend:
         start_by = loop.time() + (NAV_START_S if wait else 0.0)
         requested = False
         while self.navigations == navigations and loop.time() < deadline:
-            if self.nav_pending:
+            if self.nav_pending or self.frame_pending:
                 requested = True  # a request went out: wait for its commit
-            elif requested or loop.time() >= start_by:
+            elif self.frames_moved or requested or loop.time() >= start_by:
                 break  # none started, or it ended without a new document (204, download)
             await asyncio.sleep(0.01)
-        if self.navigations == navigations:
-            return
         remaining_ms = max(100, int((deadline - loop.time()) * 1000))
-        await self.page.wait_for_load_state("load", timeout=remaining_ms)
-        await self._fragment_scroll()
+        if self.navigations != navigations:
+            await self.page.wait_for_load_state("load", timeout=remaining_ms)
+            await self._fragment_scroll()
+            return
+        for frame in dict.fromkeys(self.frames_moved):  # a form's answer shown in its iframe
+            if not frame.is_detached():
+                with contextlib.suppress(PlaywrightError):  # gone meanwhile: nothing to wait for
+                    await frame.wait_for_load_state("load", timeout=remaining_ms)
 
     async def _fragment_scroll(self) -> None:
         """The browser scrolls to a URL's ``#fragment`` after load; make sure it did before
@@ -294,6 +317,12 @@ class PlaywrightBackend:
         and why none could be used: an agent's wrong selector is its error to fix."""
         loc = self.page.locator(selector)
         count = await loc.count()
+        for frame in self.page.frames[1:]:  # not on the page: in an iframe, as a person sees it
+            if count:
+                break
+            with contextlib.suppress(PlaywrightError):  # a frame detached meanwhile
+                loc = frame.locator(selector)
+                count = await loc.count()
         if count == 0:
             raise ToolError(f"no element matches {selector!r}")
         visible = loc.filter(visible=True)
@@ -313,19 +342,22 @@ class PlaywrightBackend:
     async def _settle(self) -> None:
         """Give the page's own requests (JavaScript fetching content) a moment to finish."""
         deadline = asyncio.get_running_loop().time() + SETTLE_S
+        waited = False
         while self.inflight > 0 and asyncio.get_running_loop().time() < deadline:
+            waited = True
             await asyncio.sleep(0.01)
+        if waited:  # the page's handlers for what arrived run before it is read
+            await self.page.evaluate(_FRAMES_JS)
 
     async def _label(self, marks: bool) -> dict:
         """The labeller's pass: the text from where the view starts, within the budget."""
-        scrolled = await self.page.evaluate("window.scrollY") > 0
         opts = {
             "marks": marks,
-            "fromViewport": scrolled,
+            "fromViewport": "scrolled",
             "maxChars": self.observation_chars,
             "maxLabels": 0,
         }
-        return await self.page.evaluate(LABEL_JS, opts)
+        return await run_labeller(self.page, opts)
 
     async def _observe(self) -> Observation:
         page = self.page
@@ -380,7 +412,7 @@ class PlaywrightBackend:
             if self.lease.browser_lost:
                 return
             await self._replace_page()
-        self.inflight = self.nav_pending = 0
+        self.inflight = self.nav_pending = self.frame_pending = 0
 
     async def _replace_page(self) -> None:
         page = await self._guarded(self.lease.context.new_page())
@@ -475,7 +507,7 @@ class SomBackend(PlaywrightBackend):
             text = await self._axtree() + ("\n\nNumbered elements:\n" + listed if listed else "")
         shot = None
         if self.screenshots:
-            await page.evaluate(OVERLAY_JS, list(elements))
+            await page.evaluate(OVERLAY_JS)  # draws the last pass's elements: nothing to send
             try:
                 shot = await page.screenshot(type="png")
             finally:
@@ -487,6 +519,18 @@ class SomBackend(PlaywrightBackend):
             screenshot=shot, page_text=text, elements=elements,
         )  # fmt: skip
 
+
+async def run_labeller(page: Page, opts: dict) -> dict:
+    """The labeller's result for ``opts`` (see ``som_js``): the copy installed in the
+    document by ``LABELLER_INIT_JS``, or the whole labeller where there is none."""
+    raw = await page.evaluate(LABEL_CALL_JS, opts)
+    if raw is None:
+        raw = await page.evaluate(LABEL_JSON_JS, opts)
+    return json.loads(raw)
+
+
+# two animation frames: scroll and intersection observers have run, timers of 0 too
+_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 
 _FRAGMENT_JS = r"""
 async () => {

@@ -1,8 +1,9 @@
 """The Set-of-Mark labeller, run in the page: numbers what a person can use, writes the text.
 
 ``LABEL_JS`` (``page.evaluate(LABEL_JS, opts)``, ``opts = {marks, fromViewport, maxChars,
-maxLabels}``, missing keys false/0) makes one pass over the rendered page (same-origin iframes
-and open shadow roots included) that:
+maxLabels}``, missing keys false/0; ``fromViewport: 'scrolled'`` means true when the page
+is scrolled) makes one pass over the rendered page (same-origin iframes and open shadow
+roots included) that:
 
 - first clears every ``data-som-id`` an earlier pass wrote (the elements it numbered are kept
   in a window-level list, and the documents are searched too), so a number never outlives
@@ -37,8 +38,10 @@ numbers. With ``marks: false`` it only writes the text (the playwright mode). ``
 (> 0) bounds the text: the walk, and the numbering, stop there and ``more`` says text was
 left out. With ``fromViewport`` (the page was scrolled) the text starts where the view
 starts: at the paragraph the top edge cuts through (of side-by-side columns, the widest),
-or, inside a block that starts more than a viewport above (a long ``<pre>``), at the first
-visible line of it; nothing before is written or numbered (fixed and sticky parts neither).
+or, inside a block that starts more than a viewport above or a preformatted one (a long
+``<pre>``), at the first visible line of it; nothing before is written or numbered, except
+the bars pinned in view that come before it (a sticky header, a fixed footer, an open modal:
+wide and short, found by hit-testing the view's top and bottom edges), written first.
 The result: ``{text, elements, unlabellable, more, title, url, scrollY, scrollHeight,
 viewportHeight}`` (and ``error`` when the page broke the walk: the text is what was written
 up to there); an element is ``{id, role, name, value, states, tag, x, y, w, h}`` with its
@@ -106,7 +109,8 @@ LABEL_JS = r"""
 (opts) => {
   opts = opts || {};
   const marks = !!opts.marks;
-  const fromViewport = !!opts.fromViewport;
+  // 'scrolled': from the view when the page is scrolled (one round trip, not two)
+  const fromViewport = opts.fromViewport === 'scrolled' ? window.scrollY > 0 : !!opts.fromViewport;
   const maxChars = opts.maxChars > 0 ? opts.maxChars : Infinity;
   const maxLabels = opts.maxLabels > 0 ? opts.maxLabels : Infinity;
   const LKEY = Symbol.for('som.clickListeners');
@@ -231,6 +235,31 @@ LABEL_JS = r"""
     }
   }
   let started = startNode === null;
+  // bars pinned in the view (a sticky header, a fixed footer, an open modal) that come
+  // before where the text starts: a person sees them wherever the page is, so they are
+  // written (and numbered) first. Side bars (tall, narrow) are not: they would fill the
+  // budget on every scroll.
+  const pinned = [];
+  if (!started) {
+    const FOLLOWS = Node.DOCUMENT_POSITION_FOLLOWING;
+    const before = (e) => !e.contains(startNode) && (e.compareDocumentPosition(startNode) & FOLLOWS);
+    const add = (e) => { if (e && !pinned.includes(e) && before(e)) pinned.push(e); };
+    for (const y of [1, vh0 - 2]) {
+      for (const fx of [0.02, 0.25, 0.5, 0.75, 0.98]) {
+        let root = null;
+        for (let e = doc0.elementFromPoint(vw0 * fx, y); e && e !== doc0.body && e !== docEl0;
+          e = e.parentElement) {
+          const p = getComputedStyle(e).position;
+          if (p === 'fixed' || p === 'sticky') root = e;
+        }
+        if (!root) continue;
+        const r = root.getBoundingClientRect();
+        if (r.width >= 0.5 * vw0 && r.height <= 0.35 * vh0) add(root);
+      }
+    }
+    for (const m of modalRoots) if (m.ownerDocument === doc0) add(m);
+    pinned.sort((a, b) => (a.compareDocumentPosition(b) & FOLLOWS ? -1 : 1));
+  }
 
   function findStart() {
     const body = doc0.body;
@@ -254,7 +283,9 @@ LABEL_JS = r"""
           if (rr.top > -vh0) return {node: row, offset: 0};
         }
       }
-      if (Br.top > -vh0) return {node: B, offset: 0};
+      // a block that starts less than a viewport above is read from its beginning, but a
+      // preformatted one (a long log) from its first visible line: each scroll moves on
+      if (Br.top > -vh0 && wsMode(getComputedStyle(B)) === 0) return {node: B, offset: 0};
       return firstVisibleLine(B) || {node: B, offset: 0};
     }
   }
@@ -902,6 +933,12 @@ LABEL_JS = r"""
 
   let error;
   try {
+    for (const p of pinned) {
+      started = true;
+      walk(p, top, false, 0);
+      brk();
+      started = false;
+    }
     walk(doc0.body || docEl0, top, false, 0);
   } catch (e) {  // a page that breaks the walk still gets what was written up to there
     error = String(e && e.stack || e).slice(0, 500);
@@ -962,3 +999,22 @@ OVERLAY_JS = r"""
 REMOVE_OVERLAY_JS = (
     "() => { const l = document.getElementById('__som_overlay'); if (l) l.remove(); }"
 )
+
+# The labeller installed in every document before the page's scripts (an init script, with
+# ``LISTENER_INIT_JS``): a call then sends a few bytes, not the labeller's source, and the
+# result comes back as one JSON string (Playwright's value-by-value transfer of a result
+# with hundreds of elements costs more than the labelling). ``JSON.stringify`` is the one
+# the document had before its scripts ran.
+LABELLER_INIT_JS = (
+    "(() => { try {\n"
+    "  const KEY = Symbol.for('som.label');\n"
+    "  if (Object.prototype.hasOwnProperty.call(window, KEY)) return;\n"
+    "  const stringify = JSON.stringify;\n"
+    "  const label = " + LABEL_JS.strip() + ";\n"
+    "  Object.defineProperty(window, KEY, {value: (o) => stringify(label(o))});\n"
+    "} catch (e) { /* a frozen window: LABEL_JSON_JS does the work */ } })();\n"
+)
+# the installed labeller's JSON, or null in a document that has none
+LABEL_CALL_JS = "(o) => { const f = window[Symbol.for('som.label')]; return f ? f(o) : null; }"
+# the same sent whole, for such a document
+LABEL_JSON_JS = "(o) => JSON.stringify((" + LABEL_JS.strip() + ")(o))"

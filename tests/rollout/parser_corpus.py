@@ -292,7 +292,12 @@ SOM = [
     ("Let me look at the page.", err("no_action", "click, type, scroll")),
     ("\x00\xff\ufffd", err("no_action")),
     ("<think>I will click [3]", err("no_action", "inside <think>")),
-    ("hover [3]", err("unknown_action", '"hover"', "click, type, scroll, back, forward, observe, goto, answer")),
+    (
+        "hover [3]",
+        err(
+            "unknown_action", '"hover"', "click, type, scroll, back, forward, observe, goto, answer"
+        ),
+    ),
     ('fill(5, "x")', err("unknown_action", '"fill"')),
     ("stop [Paris]", err("unknown_action", '"stop"')),
     ('click("#submit")', err("bad_argument", "whole number", "click(3)")),

@@ -12,7 +12,14 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.env.som_js import LABEL_JS, LISTENER_INIT_JS, OVERLAY_JS, REMOVE_OVERLAY_JS
+from rollout.env.browser import run_labeller
+from rollout.env.som_js import (
+    LABEL_JS,
+    LABELLER_INIT_JS,
+    LISTENER_INIT_JS,
+    OVERLAY_JS,
+    REMOVE_OVERLAY_JS,
+)
 
 pytestmark = [pytest.mark.browser]
 
@@ -494,3 +501,34 @@ async def test_overlay_draws_and_goes(page):
     await page.evaluate(OVERLAY_JS)  # with no list: the boxes of the last pass
     assert await page.locator("#__som_overlay").count() == 1
     await page.evaluate(REMOVE_OVERLAY_JS)
+
+
+# ----------------------------------------------------------------------------- installed copy
+
+
+async def test_installed_labeller_gives_what_the_whole_one_does(browser):
+    """``run_labeller`` calls the copy ``LABELLER_INIT_JS`` put in the document before its
+    scripts (whose own ``JSON.stringify`` the page cannot break), and sends the whole
+    labeller where a document has none: both give the labeller's result."""
+    page_html = controls(30) + "<script>JSON.stringify = () => 'broken';</script>"
+    opts = {"marks": True, "fromViewport": False, "maxChars": 0, "maxLabels": 0}
+    with_init = await browser.new_context(viewport=VIEW)
+    await with_init.add_init_script(script=LISTENER_INIT_JS)
+    await with_init.add_init_script(script=LABELLER_INIT_JS)
+    bare = await browser.new_context(viewport=VIEW)
+    try:
+        views = []
+        for c in (with_init, bare):
+            p = await c.new_page()
+            await p.set_content(controls(30))
+            views.append(await run_labeller(p, opts))
+            installed = await p.evaluate("() => Symbol.for('som.label') in window")
+            assert installed is (c is with_init)
+        assert views[0] == views[1] == await label(p)
+        assert len(views[0]["elements"]) == 30
+        p = await with_init.new_page()
+        await p.set_content(page_html)
+        assert (await run_labeller(p, opts))["elements"] == views[0]["elements"]
+    finally:
+        await with_init.close()
+        await bare.close()

@@ -33,6 +33,7 @@ ACTION_TIMEOUT_S = 5.0
 BUDGET = 4000  # observation_chars
 MODES = ["som", "playwright"]
 LOG_LINES = 2000
+MAX_STEPS = 100  # scrolling through the 2,000-line log takes some 60 steps
 # what an error about a covered element says, in any of the words one would use
 COVERED = re.compile(r"intercept|cover|obscur|on top|overlay|modal|blocked by|behind", re.I)
 
@@ -125,6 +126,7 @@ def config(site: str) -> EnvConfig:
         allowed_hosts=(site.split("//", 1)[1],),
         action_timeout_s=ACTION_TIMEOUT_S,
         observation_chars=BUDGET,
+        max_steps=MAX_STEPS,
     )
 
 
