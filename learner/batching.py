@@ -22,6 +22,18 @@ padding), positions restart at 0 at each one's start, and the advantage is
 per token (``adv_bt``). When they do not fit in ``rows`` rows of the bucket,
 the next larger bucket is tried.
 
+Per-turn groups (``rollout.trajectory = "per_turn"``: each row of a group is one
+turn of an episode, ``shared.wire``) are packed like any others, one sequence per
+turn: the GRPO group is still the episodes, so advantages are computed over the
+G episodes' rewards and every turn sequence gets its episode's. The loss
+normalisation stays that of the episodes: ``token_mean`` divides by the tokens
+trained on, which are the same tokens either way; ``constant`` is ``slots`` x the
+bucket, with ``slots`` the episode rows the step stands for (the learner's
+groups x G), so a per-turn batch under the ``full`` context policy has exactly
+the loss and gradient of the same episodes as whole sequences.
+``seq_mean_token_mean`` would average per turn, so that combination is refused by
+the config (``shared.config``).
+
 The arrays (B = ``rows``, T = the bucket), in both layouts:
 
 - ``tokens_bt``, ``targets_bt`` int32: inputs and the tokens they predict (``pad_id``
@@ -100,12 +112,18 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
 def advantages(
     groups: Sequence[TrajectoryGroup], *, scale: bool = True
 ) -> tuple[list[np.ndarray], list[bool]]:
-    """Per group: its advantages (G,) and whether it has reward variance (is kept)."""
+    """Per group: its rows' advantages (rows,) and whether it has reward variance (is kept).
+
+    The advantages are over the group's episodes (E of them); a per-turn row gets its
+    episode's (:meth:`shared.wire.TrajectoryGroup.episodes`)."""
     out, keep = [], []
     for g in groups:
-        adv_b, keep_b = group_advantages(np.asarray(g.rewards, np.float32), len(g), scale=scale)
-        out.append(np.asarray(adv_b, np.float32))
-        keep.append(bool(np.asarray(keep_b).all()) and len(g) > 0)
+        episode_of_row, _ = g.episodes
+        rewards_e = np.asarray(g.episode_rewards, np.float32)
+        e = len(rewards_e)
+        adv_e, keep_e = group_advantages(rewards_e, max(e, 1), scale=scale)
+        out.append(np.asarray(adv_e, np.float32)[episode_of_row])
+        keep.append(bool(np.asarray(keep_e).all()) and e > 0)
     return out, keep
 
 
@@ -129,7 +147,8 @@ def pack(
     ``old_logp_bt`` = the rollout logprobs (the ratio is then taken against the
     behaviour policy itself rather than the learner's recomputation). ``packing``
     puts several trajectories in a row (see the module's docstring); ``slots`` is the
-    number of rows of the unpacked layout the batch stands for (default ``rows``),
+    number of rows of the unpacked layout the batch stands for (default ``rows``; for
+    per-turn groups, the episode rows: see the module's docstring),
     which the Dr. GRPO normaliser ``loss_constant_b`` counts: pass the unpacked row
     count when packing into fewer rows, and the loss is the unpacked one.
     Raises ValueError when the trajectories do not fit.
@@ -269,7 +288,9 @@ def first_fit_decreasing(
 def _stats(
     groups: Sequence[TrajectoryGroup], keep: list[bool], a: dict[str, np.ndarray], stale: int
 ) -> dict[str, float]:
-    rewards = np.concatenate([np.asarray(g.rewards, np.float64) for g in groups] or [np.zeros(0)])
+    rewards = np.concatenate(
+        [np.asarray(g.episode_rewards, np.float64) for g in groups] or [np.zeros(0)]
+    )  # per episode, however many sequences each has
     lengths = np.concatenate([g.lengths for g in groups] or [np.zeros(0)])
     attn = a["attn_bt"]
     return {
@@ -277,7 +298,8 @@ def _stats(
         "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
         "groups": float(len(groups)),
         "groups_kept": float(sum(keep)),
-        "trajectories": float(rewards.size),
+        "trajectories": float(rewards.size),  # episodes
+        "sequences": float(lengths.size),  # training sequences: episodes, or their turns
         "mean_length": float(lengths.mean()) if lengths.size else 0.0,
         "loss_tokens": float(a["mask_bt"].sum()),
         "stale_tokens": float(stale),

@@ -63,6 +63,7 @@ class Trainer:
         self.model, self.tokenizer_dir = build_model(cfg)
         self.mesh = make_mesh(cfg.mesh)
         multiple = rows_multiple(self.mesh) * cfg.learner.micro_batches
+        self.multiple = multiple
         self.rows = _round_up(cfg.learner.groups_per_step * cfg.rollout.group_size, multiple)
         self.packed_rows = (
             _round_up(cfg.learner.packed_rows, multiple) if cfg.learner.packed_rows else self.rows
@@ -82,7 +83,7 @@ class Trainer:
 
     def _pack(self, groups: list) -> Any:
         """One step's batch: packed into ``packed_rows`` rows when packing is on (into one
-        row per trajectory when they do not fit there), else one trajectory per row."""
+        row per sequence when they do not fit there), else one trajectory per row."""
         lc = self.cfg.learner
         kw = dict(
             buckets=lc.length_buckets,
@@ -96,8 +97,11 @@ class Trainer:
         try:
             return pack(groups, rows=self.packed_rows, packing=True, slots=self.rows, **kw)
         except ValueError as e:
-            log.warning("packing into %d rows: %s; using %d rows", self.packed_rows, e, self.rows)
-            return pack(groups, rows=self.rows, packing=True, slots=self.rows, **kw)
+            # one row per sequence always fits; per-turn groups have more sequences than
+            # the step has episode rows (another compiled shape per distinct count)
+            rows = _round_up(max(self.rows, sum(len(g) for g in groups)), self.multiple)
+            log.warning("packing into %d rows: %s; using %d rows", self.packed_rows, e, rows)
+            return pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
 
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()

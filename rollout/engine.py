@@ -6,6 +6,9 @@
   that stayed down) is rerun, up to ``max_retries`` times; a group that still
   cannot be completed is dropped and counted, so an infrastructure failure is
   never scored as a zero reward inside a GRPO group.
+- With ``rollout.trajectory = "per_turn"`` an episode becomes one sequence per turn
+  (prompts under the ``env.history`` context policy); the group still holds G
+  episodes, each one's turns contiguous (``shared.wire``).
 - Finished groups go to the persisted buffer, whose ``put`` waits while it is
   full (backpressure).
 """
@@ -28,7 +31,7 @@ import aiohttp
 
 from rollout.buffer import TrajectoryBuffer
 from rollout.env import make_env
-from rollout.episode import Limits, run_episode
+from rollout.episode import Context, Limits, run_episode, run_episode_turns
 from rollout.inference import InferenceClient, Sampling
 from rollout.policies import NoisyOraclePolicy, OraclePolicy, oracle_options
 from shared.config import RunConfig
@@ -85,6 +88,7 @@ class RolloutEngine:
         self.errors: deque[str] = deque(maxlen=20)
         inf = cfg.inference
         self.limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
+        self.context = Context(cfg.env.history, cfg.env.keep_last)
         self.sampling = Sampling(
             inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tokenizer.stop_ids
         )
@@ -112,22 +116,24 @@ class RolloutEngine:
             self.stats.groups_dropped += 1
             return None
         self.stats.groups += 1
-        return TrajectoryGroup(group_id, task["id"], samples)
+        return TrajectoryGroup(group_id, task["id"], [t for turns in samples for t in turns])
 
-    async def _sample(self, task: dict, group_id: str, i: int) -> Trajectory | None:
+    async def _sample(self, task: dict, group_id: str, i: int) -> list[Trajectory] | None:
         for attempt in range(self.cfg.rollout.max_retries + 1):
             if attempt:  # back off: a restarting server or browser needs a moment
                 self.stats.reruns += 1
                 await asyncio.sleep(min(0.5 * 2 ** (attempt - 1), 10.0))
-            t = await self._episode(task, group_id, i, attempt)
+            turns = await self._episode(task, group_id, i, attempt)
+            t = turns[0]
             self.stats.episodes += 1
             if t.status != "infra_error":
                 self.stats.successes += t.reward >= 1.0
-                return t
+                return turns
             self.stats.infra_errors += 1
         return None
 
-    async def _episode(self, task: dict, group_id: str, i: int, attempt: int) -> Trajectory:
+    async def _episode(self, task: dict, group_id: str, i: int, attempt: int) -> list[Trajectory]:
+        """The episode's sequences: one (``sequence``) or one per turn (``per_turn``)."""
         from rollout.browser_pool import BrowserLost
 
         mode = self.cfg.env.mode
@@ -142,20 +148,26 @@ class RolloutEngine:
                     )  # fmt: skip
                     scripted = self._scripted(task, i)
                     t0 = time.monotonic()
-                    traj = await run_episode(
-                        env, task, self.tok, group_id=group_id, sample_index=i,
-                        limits=self.limits, client=self.client, sampling=self.sampling,
-                        scripted=scripted,
+                    kw = dict(
+                        group_id=group_id, sample_index=i, limits=self.limits,
+                        client=self.client, sampling=self.sampling, scripted=scripted,
                     )  # fmt: skip
+                    if self.cfg.rollout.trajectory == "per_turn":
+                        trajs = await run_episode_turns(
+                            env, task, self.tok, context=self.context, **kw
+                        )
+                    else:
+                        trajs = [await run_episode(env, task, self.tok, **kw)]
+                    traj = trajs[0]
                     if traj.num_steps:
                         self.stats.observe_steps((time.monotonic() - t0) * 1e3 / traj.num_steps)
-                    self._remember(task, env, traj)
-                    return traj
+                    self._remember(task, env, trajs)
+                    return trajs
             except BrowserLost:
-                return _infra_trajectory(task, group_id, i)
+                return [_infra_trajectory(task, group_id, i)]
             except Exception as e:  # failure isolation: one episode's bug ends only it
                 self.errors.append(f"{episode_id}: {type(e).__name__}: {e}")
-                return _infra_trajectory(task, group_id, i)
+                return [_infra_trajectory(task, group_id, i)]
 
     def _scripted(self, task: dict, i: int):
         r = self.cfg.rollout
@@ -169,18 +181,28 @@ class RolloutEngine:
             ).next
         return None
 
-    def _remember(self, task: dict, env, traj: Trajectory) -> None:
-        """Keep the episode for the dashboard (with its last SoM screenshot, if any)."""
+    def _remember(self, task: dict, env, trajs: list[Trajectory]) -> None:
+        """Keep the episode for the dashboard (with its last SoM screenshot, if any): its
+        steps, and its training sequences (one, or one per turn) with their lengths."""
+        traj = trajs[0]
         steps = [
-            {"action": s.action, "args": s.args, "summary": s.summary, "error": s.error}
+            {"action": s.action, "args": s.args, "summary": s.summary, "error": s.error,
+             "url": s.url, "ms": round(max(0.0, s.ended - s.started) * 1e3),
+             "raw": s.raw[:VIEW_RAW_CHARS], "view": s.observation[:VIEW_CHARS]}
             for s in env.record.steps
-        ]
+        ]  # fmt: skip
         shot = getattr(env.backend, "last_screenshot", None)
         self.stats.recent.append(
             {"task": task["id"], "question": task["question"], "status": traj.status,
              "reward": traj.reward, "steps": steps,
+             "trajectory": "per_turn" if traj.turn >= 0 else "sequence",
+             "sequences": [t.length for t in trajs],
              "screenshot": base64.b64encode(shot).decode() if shot else None}
         )  # fmt: skip
+
+
+VIEW_CHARS = 6000  # of each step's observation kept for the dashboard (50 episodes x 50 steps)
+VIEW_RAW_CHARS = 600  # of the model's text
 
 
 def _infra_trajectory(task: dict, group_id: str, i: int) -> Trajectory:

@@ -10,7 +10,12 @@ trainers read::
                   {"role": "tool", "content": <observation>}, ...]}
 
 Assistant turns are the model's raw text and tool turns the observations exactly
-as the model saw them. Trajectories with the same task id and action sequence
+as the model saw them. With ``--per-turn`` (for policies trained with
+``rollout.trajectory = "per_turn"``) each step is an example of its own: the chat
+up to that step's assistant turn, earlier assistant turns marked ``"weight": 0``
+(context, not targets: ``shared.chat.render_chat`` masks them), and with
+``--keep-last K`` observations older than the last K replaced by the same
+one-line stub the rollout's ``env.history = "keep_last"`` shows. Trajectories with the same task id and action sequence
 are written once (the first in path order). Training on evaluation tasks would
 leak them, so if any kept trajectory's task is from the dev or test split (the
 id's part before the first "-"), nothing is written and the exit status is 2.
@@ -31,6 +36,7 @@ from typing import IO, Any
 
 from rollout.records import EpisodeRecord, task_split
 from rollout.tracker import RecordError, iter_record_files, read_record
+from shared.chat import stub_text
 
 HELD_OUT_SPLITS = ("dev", "test")
 PROGRESS_EVERY = 1000  # records between progress lines
@@ -69,6 +75,26 @@ def to_messages(record: EpisodeRecord) -> list[dict[str, str]]:
         if step.observation:
             messages.append({"role": "tool", "content": step.observation})
     return messages
+
+
+def to_turn_messages(record: EpisodeRecord, keep_last: int | None = None) -> list[list[dict]]:
+    """One chat per step: the context that step's prompt held, then its assistant turn
+    (the only one trained on). ``keep_last``: observations older than the last K are stubs."""
+    full = to_messages(record)
+    head = 2 if record.system_prompt else 1
+    chats = []
+    for k, step in enumerate(record.steps):
+        chat = [dict(m) for m in full[:head]]
+        keep_from = k - keep_last if keep_last is not None else 0
+        for j, prev in enumerate(record.steps[:k]):
+            chat.append({"role": "assistant", "content": prev.raw, "weight": 0})
+            obs = prev.observation
+            if j < keep_from:
+                obs = stub_text(prev.index, prev.action, prev.args, prev.url)
+            chat.append({"role": "tool", "content": obs})
+        chat.append({"role": "assistant", "content": step.raw})
+        chats.append(chat)
+    return chats
 
 
 def action_sequence(record: EpisodeRecord) -> tuple[tuple[str, str], ...]:
@@ -122,7 +148,13 @@ def _skip_reason(record: EpisodeRecord, min_reward: float, seen: set) -> str | N
 
 
 def export(
-    run_dir: str | Path, out: str | Path, min_reward: float = 1.0, log: IO[str] | None = None
+    run_dir: str | Path,
+    out: str | Path,
+    min_reward: float = 1.0,
+    log: IO[str] | None = None,
+    *,
+    per_turn: bool = False,
+    keep_last: int | None = None,
 ) -> ExportSummary:
     """Write the SFT file; :class:`HeldOutSplitError` (and no file) on dev/test tasks."""
     records, summary = select(iter_record_files(run_dir), min_reward, log)
@@ -137,8 +169,10 @@ def export(
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for record in records:
-            line: dict[str, Any] = {"messages": to_messages(record)}
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+            chats = to_turn_messages(record, keep_last) if per_turn else [to_messages(record)]
+            for chat in chats:
+                line: dict[str, Any] = {"messages": chat}
+                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
     os.replace(tmp, out)
     return summary
 
@@ -152,12 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--min-reward", type=float, default=1.0, help="least reward kept (default 1.0)"
     )
+    parser.add_argument(
+        "--per-turn", action="store_true", help="one example per step (rollout.trajectory per_turn)"
+    )
+    parser.add_argument(
+        "--keep-last", type=int, default=None, help="with --per-turn: observations kept verbatim"
+    )
     args = parser.parse_args(argv)
     if not Path(args.run_dir).is_dir():
         print(f"sft_export: {args.run_dir}: not a directory", file=sys.stderr)
         return 1
     try:
-        summary = export(args.run_dir, args.out, args.min_reward, log=sys.stderr)
+        summary = export(
+            args.run_dir, args.out, args.min_reward, log=sys.stderr,
+            per_turn=args.per_turn, keep_last=args.keep_last,
+        )  # fmt: skip
     except HeldOutSplitError as e:
         print(f"sft_export: refused: {e}", file=sys.stderr)
         return 2

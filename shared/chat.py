@@ -49,6 +49,14 @@ def observation_turn(
     return tok.encode(closing + fmt.before_user) + obs_ids + tok.encode(fmt.after_user)
 
 
+def stub_text(index: int, action: str | None, args: dict, url: str | None) -> str:
+    """The line that replaces an old observation: the step, its action and the URL after it."""
+    call = f"{action}({', '.join(f'{k}={v!r}' for k, v in args.items())})" if action else "?"
+    if len(call) > 120:
+        call = call[:117] + "..."
+    return f"[observation {index} elided: {call} -> {url or 'no page'}]"
+
+
 class ChatError(ValueError):
     """A chat that is not system?, user, then alternating assistant / observation turns."""
 
@@ -64,6 +72,8 @@ def render_chat(
 
     Observation turns have role ``tool`` (or ``user``). Turns that would not fit in
     ``max_context_tokens`` are dropped from the end, as an episode would have ended.
+    An assistant message with ``"weight": 0`` is context, not a target (mask 0): a
+    per-turn example (``rollout.sft_export --per-turn``) trains only its last turn.
     """
     msgs = list(messages)
     head = 2 if msgs and msgs[0].get("role") == "system" else 1
@@ -87,7 +97,7 @@ def render_chat(
                 break
             act = [*tok.encode(text)[: room - 1], stop]
             ids += act
-            mask += [1] * len(act)
+            mask += [0 if m.get("weight", 1) == 0 else 1] * len(act)
         else:
             turn = observation_turn(tok, fmt, text, observation_tokens)
             if len(ids) + len(turn) + 4 > max_context_tokens:

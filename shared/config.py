@@ -104,6 +104,13 @@ class EnvConfig:
     browser_path: str = option(
         "/usr/bin/chromium-headless-shell", "Chromium executable Playwright launches."
     )
+    history: Literal["full", "keep_last"] = option(
+        "full",
+        "Context policy of each turn's prompt: `full`, every earlier observation; "
+        "`keep_last`, the last env.keep_last observations, earlier ones replaced by a one-line "
+        "stub keeping the action and the URL (needs rollout.trajectory = 'per_turn').",
+    )
+    keep_last: int = option(3, "Observations env.history = 'keep_last' keeps verbatim.", ge=0)
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,12 @@ class RolloutConfig:
     )
     policy: Literal["model", "oracle", "noisy_oracle"] = option(
         "model", "Who acts: the model through the inference servers, or a scripted policy."
+    )
+    trajectory: Literal["sequence", "per_turn"] = option(
+        "sequence",
+        "Training sequences of an episode: `sequence`, the whole episode as one; `per_turn`, "
+        "one per turn (its prompt under env.history, then its generated tokens), all with "
+        "the episode's advantage.",
     )
     oracle_noise: float = option(
         0.35, "Probability that each decision of the noisy_oracle policy is a mistake.", ge=0, le=1
@@ -442,6 +455,21 @@ def _check_cross_fields(c: RunConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: learner.length_buckets = {list(buckets)}: expected a non-empty, "
             "strictly increasing list of positive lengths"
+        )
+    if c.env.history != "full" and c.rollout.trajectory != "per_turn":
+        raise ConfigError(
+            f"{source}: env.history = {c.env.history!r}: expected 'full' when "
+            "rollout.trajectory = 'sequence' (one sequence holds every observation)"
+        )
+    if c.rollout.trajectory == "per_turn" and c.learner.loss_agg == "seq_mean_token_mean":
+        raise ConfigError(
+            f"{source}: learner.loss_agg = 'seq_mean_token_mean': expected 'token_mean' or "
+            "'constant' when rollout.trajectory = 'per_turn' (a turn is not an episode)"
+        )
+    if c.rollout.trajectory == "per_turn" and not c.learner.packing:
+        raise ConfigError(
+            f"{source}: learner.packing = false: expected true when rollout.trajectory = "
+            "'per_turn' (an episode's turns outnumber the rows of one per episode)"
         )
     if c.inference.observation_tokens >= c.inference.max_context_tokens:
         raise ConfigError(

@@ -24,7 +24,15 @@ array of its G trajectories lies back to back (a ragged batch: trajectory i
 spans ``offsets[i]:offsets[i+1]``), and its per-trajectory numbers are two small
 blocks, ``ints`` (G, 4) and ``floats`` (G, 1 + parts + timings). That is also
 the form the learner packs into padded buckets. :class:`Trajectory` is one
-episode as the rollout side builds it; a group's ``trajectories`` are views.
+training sequence as the rollout side builds it; a group's ``trajectories`` are views.
+
+Schema version 2 adds ``turns`` (G,) int32: -1 for a sequence that is a whole
+episode (``rollout.trajectory = "sequence"``), k >= 0 for the sequence of an
+episode's turn k (``"per_turn"``: the turn's prompt, mask 0, then its generated
+tokens, mask 1). An episode is its ``sample_index``: the rows of one episode are
+contiguous, numbered 0, 1, ... and share its reward, parts, status and steps; the
+GRPO group is still the episodes (:meth:`TrajectoryGroup.episodes`). Version 1
+messages (no ``turns``) still decode, every row a whole episode.
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ from typing import Any, Literal
 import msgpack
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: no "turns" array (every row a whole episode)
 
 Status = Literal["ok", "truncated", "infra_error"]
 STATUSES: tuple[str, ...] = ("ok", "truncated", "infra_error")
@@ -54,6 +63,7 @@ ARRAY_DTYPES: dict[str, np.dtype] = {
 }
 INTS_DTYPE = np.dtype("<i4")  # (G, 4) block: length, sample_index, num_steps, status code
 FLOATS_DTYPE = np.dtype("<f8")  # (G, 1 + P + K) block: reward, reward parts, timings
+TURNS_DTYPE = np.dtype("<i4")  # (G,) -1: a whole episode; k >= 0: turn k of an episode
 _INT_COLS = ("length", "sample_index", "num_steps", "status")
 
 _ALIGN = 8  # array payloads start on 8-byte boundaries of the message buffer
@@ -82,7 +92,7 @@ class WireLimits:
     max_list_len: int = 4096  # groups per batch, trajectories per group
     max_names: int = 64  # reward parts, timings
     allowed_dtypes: frozenset[str] = frozenset(
-        d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE)
+        d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE, TURNS_DTYPE)
     )
 
 
@@ -94,7 +104,9 @@ DEFAULT_LIMITS = WireLimits()
 
 @dataclass(frozen=True, eq=False)
 class Trajectory:
-    """One episode as one token sequence: prompt, then actions (mask 1) and observations (mask 0)."""
+    """One training sequence: a whole episode (``turn`` -1: prompt, then actions, mask 1,
+    and observations, mask 0) or one turn of it (``turn`` k: its prompt, mask 0, then
+    the tokens generated in that turn, mask 1)."""
 
     task_id: str
     group_id: str
@@ -108,6 +120,7 @@ class Trajectory:
     status: Status = "ok"
     num_steps: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    turn: int = -1
 
     def __post_init__(self) -> None:
         where = f"trajectory {self.group_id!r}/{self.sample_index!r}"
@@ -128,7 +141,7 @@ class Trajectory:
 
 
 _SCALAR_FIELDS = ("task_id", "group_id", "sample_index", "reward", "reward_parts", "status")
-_SCALAR_FIELDS += ("num_steps", "timings")
+_SCALAR_FIELDS += ("num_steps", "timings", "turn")
 
 
 def _check_scalars(t: Trajectory, where: str) -> None:
@@ -141,6 +154,8 @@ def _check_scalars(t: Trajectory, where: str) -> None:
         v = getattr(t, name)
         if not isinstance(v, int | np.integer) or isinstance(v, bool) or not 0 <= v < 2**31:
             raise WireError(f"{where}: {name} must be an int in [0, 2**31), got {v!r}")
+    if not isinstance(t.turn, int | np.integer) or isinstance(t.turn, bool) or t.turn < -1:
+        raise WireError(f"{where}: turn must be -1 or an int >= 0, got {t.turn!r}")
     if not _finite_number(t.reward):
         raise WireError(f"{where}: reward must be a finite number, got {t.reward!r}")
     for name in ("reward_parts", "timings"):
@@ -198,9 +213,13 @@ class TrajectoryGroup:
             n: np.concatenate([getattr(t, n) for t in trajs]) if trajs else np.zeros(0, dt)
             for n, dt in ARRAY_DTYPES.items()
         }
-        self._set(group_id, task_id, columns, ints, floats, parts, timings)
+        turns = np.array([t.turn for t in trajs], dtype=TURNS_DTYPE)
+        _check_episodes(ints, floats, turns, where)
+        self._set(group_id, task_id, columns, ints, floats, parts, timings, turns)
 
-    def _set(self, group_id, task_id, columns, ints, floats, part_names, timing_names) -> None:
+    def _set(
+        self, group_id, task_id, columns, ints, floats, part_names, timing_names, turns
+    ) -> None:
         self.group_id: str = group_id
         self.task_id: str = task_id
         self.columns: dict[str, np.ndarray] = columns
@@ -208,6 +227,7 @@ class TrajectoryGroup:
         self.floats: np.ndarray = floats
         self.part_names: tuple[str, ...] = part_names
         self.timing_names: tuple[str, ...] = timing_names
+        self.turns: np.ndarray = turns  # (G,) -1: a whole episode; k: turn k of one
 
     @classmethod
     def _from_checked(cls, *fields: Any) -> TrajectoryGroup:
@@ -233,6 +253,23 @@ class TrajectoryGroup:
     def rewards(self) -> np.ndarray:
         return self.floats[:, 0]  # (G,)
 
+    @cached_property
+    def episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(episode_of_row (G,) int64, first_row (E,) int64): the episode (0 .. E-1) each
+        row belongs to, and each episode's first row (whose reward is the episode's).
+        A whole-episode row is its own episode; per-turn rows of one episode share one."""
+        new = (self.turns <= 0) if len(self) else np.zeros(0, bool)
+        first = np.flatnonzero(new)
+        return np.cumsum(new) - 1, first
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.episodes[1].shape[0])
+
+    @property
+    def episode_rewards(self) -> np.ndarray:
+        return self.rewards[self.episodes[1]]  # (E,)
+
     @property
     def statuses(self) -> tuple[str, ...]:
         return tuple(STATUSES[c] for c in self.ints[:, 3].tolist())
@@ -257,6 +294,7 @@ class TrajectoryGroup:
                 reward=floats[0],
                 reward_parts=dict(zip(self.part_names, floats[1 : 1 + p], strict=True)),
                 timings=dict(zip(self.timing_names, floats[1 + p :], strict=True)),
+                turn=int(self.turns[i]),
             )
             out.append(t)
         return tuple(out)
@@ -273,7 +311,27 @@ class TrajectoryGroup:
     def __repr__(self) -> str:
         return (
             f"TrajectoryGroup(group_id={self.group_id!r}, task_id={self.task_id!r}, "
-            f"G={len(self)}, tokens={int(self.lengths.sum())})"
+            f"G={len(self)}, episodes={self.num_episodes}, tokens={int(self.lengths.sum())})"
+        )
+
+
+def _check_episodes(ints: np.ndarray, floats: np.ndarray, turns: np.ndarray, where: str) -> None:
+    """Per-turn rows: each episode's turns contiguous and numbered 0, 1, ..., sharing its
+    sample index, steps, status, reward, parts and timings."""
+    if not turns.shape[0] or turns.max() <= 0:
+        if turns.shape[0] and turns.min() < -1:
+            raise WireError(f"{where}: turns must be -1 or >= 0")
+        return
+    if turns.min() < -1:
+        raise WireError(f"{where}: turns must be -1 or >= 0")
+    cont = turns[1:] > 0  # rows that continue the previous row's episode
+    if turns[0] > 0 or (turns[1:][cont] != turns[:-1][cont] + 1).any():
+        raise WireError(f"{where}: an episode's turns must be contiguous rows numbered 0, 1, ...")
+    if (ints[1:, 1:][cont] != ints[:-1, 1:][cont]).any() or (
+        floats[1:][cont] != floats[:-1][cont]
+    ).any():
+        raise WireError(
+            f"{where}: the turns of an episode differ in sample index, steps, status or reward"
         )
 
 
@@ -344,7 +402,8 @@ def encode_groups(groups: Sequence[TrajectoryGroup]) -> bytes:
         if not isinstance(g, TrajectoryGroup):
             raise WireError(f"expected TrajectoryGroup, got {type(g).__name__}")
         arrays = {}
-        for name, arr in (*g.columns.items(), ("ints", g.ints), ("floats", g.floats)):
+        named = (*g.columns.items(), ("ints", g.ints), ("floats", g.floats), ("turns", g.turns))
+        for name, arr in named:
             gap = -offset % _ALIGN
             if gap:
                 pieces.append(_GAPS[gap])
@@ -452,12 +511,15 @@ def _decode(buf: Any, limits: WireLimits) -> list[TrajectoryGroup]:
     if type(header) is not dict:
         raise WireError("header is not a map")
     version = header.get("v")
-    if version != SCHEMA_VERSION:
-        raise WireError(f"schema version {version!r} is not supported (expected {SCHEMA_VERSION})")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise WireError(
+            f"schema version {version!r} is not supported (expected one of {READABLE_VERSIONS})"
+        )
     _expect_keys(header, _HEADER_KEYS, "header")
     groups = _expect_type(header["groups"], list, "groups")
     reader = _ArrayReader(mv, data_start, dlen, limits)
-    return [_decode_group(g, reader) for g in groups]
+    keys = _ARRAY_KEYS if version >= 2 else _ARRAY_KEYS_V1
+    return [_decode_group(g, reader, keys) for g in groups]
 
 
 _BIN_SIZES = {0xC4: struct.Struct(">B"), 0xC5: struct.Struct(">H"), 0xC6: struct.Struct(">I")}
@@ -517,7 +579,7 @@ class _ArrayReader:
         return f"{name}: bytes {offset}..{end} lie outside the {self.length}-byte data"
 
 
-def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
+def _decode_group(g: Any, reader: _ArrayReader, array_keys: frozenset[str]) -> TrajectoryGroup:
     limits = reader.limits
     if not (type(g) is dict and g.keys() == _GROUP_KEYS):
         _expect_keys(_expect_type(g, dict, "group"), _GROUP_KEYS, "group")
@@ -528,9 +590,9 @@ def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
         and _is_names(parts, limits)
         and _is_names(timings, limits)
         and type(arrays) is dict
-        and arrays.keys() == _ARRAY_KEYS
+        and arrays.keys() == array_keys
     ):
-        raise WireError(_diagnose_group(g, limits))
+        raise WireError(_diagnose_group(g, limits, array_keys))
     where = f"group {gid!r}"
     # The shape of ints says G; take it from the descriptor, then check it like any other.
     ints_desc = arrays["ints"]
@@ -553,7 +615,14 @@ def _decode_group(g: Any, reader: _ArrayReader) -> TrajectoryGroup:
     shape = [total]
     read = reader.read
     cols = {n: read(arrays[n], where, n, dt, shape, total) for n, dt in ARRAY_DTYPES.items()}
-    return TrajectoryGroup._from_checked(gid, tid, cols, ints, floats, tuple(parts), tuple(timings))
+    if "turns" in array_keys:
+        turns = read(arrays["turns"], where, "turns", TURNS_DTYPE, [G], G)
+        _check_episodes(ints, floats, turns, where)
+    else:  # version 1: every row a whole episode
+        turns = np.full(G, -1, TURNS_DTYPE)
+    return TrajectoryGroup._from_checked(
+        gid, tid, cols, ints, floats, tuple(parts), tuple(timings), turns
+    )
 
 
 def _is_names(x: Any, limits: WireLimits) -> bool:
@@ -568,14 +637,15 @@ def _is_names(x: Any, limits: WireLimits) -> bool:
 _STR_TYPE = {str}
 
 
-def _diagnose_group(g: dict, limits: WireLimits) -> str:
+def _diagnose_group(g: dict, limits: WireLimits, array_keys: frozenset[str]) -> str:
     for key in ("group_id", "task_id"):
         _expect_type(g[key], str, key)
     where = f"group {g['group_id']!r}"
     for key in ("part_names", "timing_names"):
         if not _is_names(g[key], limits):
             return f"{where}.{key}: must be a list of at most {limits.max_names} distinct strings"
-    _expect_keys(_expect_type(g["arrays"], dict, f"{where}.arrays"), _ARRAY_KEYS, f"{where}.arrays")
+    arrays = _expect_type(g["arrays"], dict, f"{where}.arrays")
+    _expect_keys(arrays, array_keys, f"{where}.arrays")
     return f"{where}: malformed"  # pragma: no cover - one of the checks above fires
 
 
@@ -586,10 +656,11 @@ def _diagnose_ints(ints: np.ndarray) -> str:
     return f"status code {int(ints[:, 3].max())} is not one of 0..{len(STATUSES) - 1}"
 
 
-_DTYPE_STR = {d: d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE)}
+_DTYPE_STR = {d: d.str for d in (*ARRAY_DTYPES.values(), INTS_DTYPE, FLOATS_DTYPE, TURNS_DTYPE)}
 _HEADER_KEYS = frozenset({"v", "groups", "pad"})
 _DESC_KEYS = frozenset({"dtype", "shape", "offset"})
-_ARRAY_KEYS = frozenset({*ARRAY_DTYPES, "ints", "floats"})
+_ARRAY_KEYS_V1 = frozenset({*ARRAY_DTYPES, "ints", "floats"})
+_ARRAY_KEYS = _ARRAY_KEYS_V1 | {"turns"}
 _GROUP_FIELDS = ("group_id", "task_id", "part_names", "timing_names", "arrays")
 _GROUP_KEYS = frozenset(_GROUP_FIELDS)
 _group_fields = operator.itemgetter(*_GROUP_FIELDS)

@@ -2,17 +2,21 @@
 
 Prints N tasks as JSONL on stdout (counts on stderr). URLs are absolute, on
 ``--base-url`` (default: web.url, else http://web.host:web.port). ``--list``
-prints every template with its type and its task count per split.
+prints every template with its type, its task count per split and
+``gold_steps=MEDIAN/MAX``, the actions on its gold paths (the answer not counted).
+The long-horizon templates (``rollout.tasks.long_horizon``) are drawn only when named
+in ``--templates`` (a family's name names all of its templates).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 
-from rollout.tasks.generate import SPLITS, TYPES, all_candidates, generate, split_of
+from rollout.tasks.generate import SPLITS, TYPES, all_candidates, generate, gold_steps, split_of
 from rollout.web.build import load
 from shared.config import add_config_args, config_from_args
 
@@ -36,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, cands in sorted(all_candidates(lw, types).items()):
             per = Counter(split_of(c.subject) for c in cands)
             counts = " ".join(f"{s}={per[s]}" for s in SPLITS)
-            print(f"{name}\t{cands[0].type}\t{counts}")
+            steps = [gold_steps(c) for c in cands]
+            gold = f"gold_steps={statistics.median_low(steps)}/{max(steps)}"
+            print(f"{name}\t{cands[0].type}\t{counts}\t{gold}")
         return 0
     if args.split is None or args.n is None:
         p.error("--split and --n are required (or --list)")

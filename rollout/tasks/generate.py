@@ -7,6 +7,12 @@ gold_path [{action, args}]``, plus ``key_facts`` for ``multi_doc`` tasks and
 carries the #fragment of the section holding the evidence (as a reader would
 follow a table of contents); the evidence URL is the page itself. Ids read ``<split>-<type>-<number>``
 and are stable: the same template and subject give the same id in any run.
+
+Long-horizon tasks (``rollout.tasks.long_horizon``, drawn only when named) have
+explicit gold paths with ``next_page`` steps (follow the list's "Next page" link)
+and visits with a ``data`` URL (the source of the page's JavaScript panel), and may
+carry ``derived: true`` (the answer is computed from the evidence: a count, a sum)
+and ``tolerance`` (relative, for numeric answers; see the ``qa`` verifier).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from rollout.tasks import chains as _chains  # noqa: F401  (registers the chain templates)
+from rollout.tasks.long_horizon import FAMILIES, LONG_TEMPLATES
 from rollout.tasks.templates import TEMPLATES, Candidate
 from rollout.web.build import LocalWeb
 
@@ -72,6 +79,7 @@ def _as_citation(c: Candidate) -> Candidate:
     return Candidate(
         f"{c.template}+citation", "citation", c.subject, c.question + CITATION_SUFFIX, c.answer,
         c.evidence, c.query, list(c.aliases), list(c.key_facts), c.start, dict(c.anchors),
+        c.path, c.derived, c.tolerance,
     )  # fmt: skip
 
 
@@ -91,17 +99,37 @@ def to_task(c: Candidate, split: str, base_url: str) -> dict:
         "hops": c.hops,
         "start_url": base + c.start,
         "evidence": [{"url": base + path, "quote": quote} for path, quote in c.evidence],
-        "gold_path": [{"action": "search", "args": {"query": c.query}}]
-        + [
-            {"action": "visit", "args": {"url": _at(base + path, c.anchors.get(path))}}
-            for path in c.pages
-        ],
+        "gold_path": gold_path(c, base),
         "template": c.template,
         "subject": c.subject,
     }
+    if c.derived:
+        task["derived"] = True  # the answer is computed from the evidence, not quoted
+    if c.tolerance is not None:
+        task["tolerance"] = c.tolerance
     if c.type == "multi_doc":
         task["key_facts"] = list(c.key_facts)
     return task
+
+
+def gold_path(c: Candidate, base: str) -> list[dict]:
+    """The candidate's gold path with absolute URLs: its explicit ``path``, or a search
+    and a visit to each evidence page."""
+    if c.path is None:
+        return [{"action": "search", "args": {"query": c.query}}] + [
+            {"action": "visit", "args": {"url": _at(base + path, c.anchors.get(path))}}
+            for path in c.pages
+        ]
+    out = []
+    for action, args in c.path:
+        args = {k: base + v if k in ("url", "data") else v for k, v in args.items()}
+        out.append({"action": action, "args": args})
+    return out
+
+
+def gold_steps(c: Candidate) -> int:
+    """Actions on the candidate's gold path (the answer not counted)."""
+    return len(c.path) if c.path is not None else 1 + len(c.pages)
 
 
 def _at(url: str, fragment: str | None) -> str:
@@ -120,13 +148,15 @@ def generate(
     """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``.
 
     ``templates`` (names as in ``rollout.tasks.templates.TEMPLATES``, a citation variant
-    as ``name+citation``) narrows the draw to those templates; empty means all of ``types``.
+    as ``name+citation``) narrows the draw to those templates; empty means all of ``types``
+    except the long-horizon ones (``rollout.tasks.long_horizon``), which are drawn only
+    when named (a long-horizon family's name, e.g. ``aggregation``, names its templates).
     """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     rng = random.Random(f"{seed}|{split}")
     by_template = all_candidates(lw, types)
-    wanted = set(templates)
+    wanted = {t for name in templates for t in FAMILIES.get(name, (name,))}
     if wanted - set(by_template):
         raise ValueError(
             f"unknown task templates {sorted(wanted - set(by_template))} for types "
@@ -134,7 +164,7 @@ def generate(
         )
     pools = []
     for name, cands in sorted(by_template.items()):
-        if wanted and name not in wanted:
+        if (wanted and name not in wanted) or (not wanted and name in LONG_TEMPLATES):
             continue
         pool = sorted((c for c in cands if split_of(c.subject) == split), key=lambda c: c.subject)
         rng.shuffle(pool)

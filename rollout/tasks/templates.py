@@ -32,6 +32,11 @@ class Candidate:
     key_facts: list[str] = field(default_factory=list)
     start: str = "/"
     anchors: dict[str, str] = field(default_factory=dict)  # page -> #fragment to open it at
+    # An explicit gold path, (action, args) with site-relative URLs; None: search, then
+    # visit each evidence page (see ``rollout.tasks.generate.to_task``).
+    path: list[tuple[str, dict]] | None = None
+    derived: bool = False  # the answer is computed from the evidence (a count, a sum)
+    tolerance: float | None = None  # relative tolerance of a numeric answer
 
     @property
     def pages(self) -> list[str]:

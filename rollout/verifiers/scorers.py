@@ -4,7 +4,9 @@ Each scorer returns ``(score in [0, 1], parts)``; the parts' keys depend only on
 the task type, so every trajectory of a GRPO group carries the same reward parts.
 
 - ``qa``: exact match and SQuAD token F1, each the max over the answer and its
-  aliases; ``VerifierConfig.qa_metric`` picks which one is the score.
+  aliases; ``VerifierConfig.qa_metric`` picks which one is the score. A task with a
+  numeric ``tolerance`` (relative) also counts as an exact match an answer stating one
+  number within that tolerance of the answer's (sums over many pages).
 - ``browse_comp``: normalised exact match over the answer and aliases.
 - ``citation``: correctness (the citation config's metric) x citation score
   (see :class:`~rollout.verifiers.config.CitationConfig`).
@@ -21,7 +23,7 @@ from rollout.records import EpisodeRecord
 from rollout.verifiers.citations import citation_support
 from rollout.verifiers.config import VerifierConfig
 from rollout.verifiers.judge import JudgeVerdict
-from rollout.verifiers.text import best, contains, exact_match, token_f1
+from rollout.verifiers.text import best, contains, exact_match, numeric_match, token_f1
 
 Parts = dict[str, float | str | bool]
 Scorer = Callable[..., tuple[float, Parts]]
@@ -50,6 +52,10 @@ def score_qa(
 ) -> tuple[float, Parts]:
     answers = golds(task)
     em, f1 = best(body, answers, exact_match), best(body, answers, token_f1)
+    tol = task.get("tolerance")
+    numeric = isinstance(tol, int | float) and not isinstance(tol, bool) and tol >= 0
+    if numeric and em < 1.0 and numeric_match(body, answers[0], float(tol)):
+        em = f1 = 1.0
     return (f1 if config.qa_metric == "f1" else em), {"em": em, "f1": f1}
 
 

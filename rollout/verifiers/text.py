@@ -60,3 +60,26 @@ def contains(haystack: str, needle: str) -> bool:
 def best(prediction: str, golds: Iterable[str], metric) -> float:
     """The highest ``metric(prediction, gold)`` over the gold answers (0.0 if none)."""
     return max((metric(prediction, g) for g in golds), default=0.0)
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers written in ``text`` ("12,345" and "12345.5" alike)."""
+    out = []
+    for m in _NUMBER.findall(text):
+        try:
+            out.append(float(m.replace(",", "")))
+        except ValueError:
+            continue
+    return out
+
+
+def numeric_match(prediction: str, gold: str, rel_tol: float) -> float:
+    """1.0 when the prediction states exactly one number and it is within ``rel_tol``
+    (relative) of the gold's first number, else 0.0."""
+    said, want = numbers(prediction), numbers(gold)
+    if len(said) != 1 or not want:
+        return 0.0
+    return float(abs(said[0] - want[0]) <= rel_tol * max(abs(want[0]), 1.0))

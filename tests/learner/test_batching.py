@@ -3,6 +3,8 @@ loss and gradient equal to the unpacked layout's for every aggregation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -277,7 +279,7 @@ def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
         lc = LearnerConfig(packing=packing, packed_rows=packed_rows, length_buckets=(64,))
         return SimpleNamespace(
             cfg=SimpleNamespace(learner=lc), rows=8, packed_rows=packed_rows or 8, version=0,
-            model=SimpleNamespace(cfg=SimpleNamespace(pad_token_id=0)),
+            model=SimpleNamespace(cfg=SimpleNamespace(pad_token_id=0)), multiple=2,
         )  # fmt: skip
 
     def group(k: int, n: int):
@@ -296,3 +298,16 @@ def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
     assert p.shape == (8, 64) and p.stats["rows_used"] == 8
     p = Trainer._pack(trainer(0, packing=False), short)
     assert p.shape == (8, 64) and "adv_b" in p.arrays
+    # per-turn groups: 4 episodes of 3 turns each, 12 sequences of 60 tokens for a step of
+    # 8 episode rows: one row per sequence (12, a multiple of the mesh's 2), none dropped
+    rng = np.random.default_rng(3)
+    turns = [
+        dataclasses.replace(
+            _traj("p", i, rng.integers(3, 500, 60), np.ones(60), -np.ones(60), float(i % 2)),
+            turn=k,
+        )
+        for i in range(4)
+        for k in range(3)
+    ]
+    p = Trainer._pack(trainer(2), [TrajectoryGroup("p", "t", turns)])
+    assert p.shape == (12, 64) and p.stats["rows_used"] == 12

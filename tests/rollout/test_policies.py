@@ -126,3 +126,56 @@ def test_noisy_oracle_never_opens_the_page_it_is_reading_as_a_wrong_result():
         p = NoisyOraclePolicy(TASK, "som", "http://w", p=1.0, seed=seed)
         p.next("start")
         assert p.next(here) == 'goto("http://w/geo/city/2")'
+
+
+# ---------------------------------------------------------------------- long-horizon gold paths
+
+LONG = {
+    "type": "qa",
+    "question": "How many cities of Ruritania have a population of less than 20,000?",
+    "answer": "1",
+    "derived": True,
+    "gold_path": [
+        {"action": "search", "args": {"query": "Ruritania country profile"}},
+        {"action": "visit", "args": {"url": "http://w/geo/country/RU/cities?page=1"}},
+        {"action": "next_page", "args": {"url": "http://w/geo/country/RU/cities?page=2"}},
+        {"action": "visit", "args": {"url": "http://w/airports/AAA", "data": "http://w/a.json"}},
+    ],
+    "evidence": [
+        {"url": "http://w/geo/country/RU/cities?page=1", "quote": "largest first."},
+        {"url": "http://w/airports/AAA", "quote": "1,234 ft"},
+    ],
+}
+LIST_PAGE = "URL: http://w/geo/country/RU/cities?page=1\nCities, largest first.\n"
+
+
+def test_next_page_is_a_visit_in_api_mode_and_a_click_in_the_browser_modes():
+    api = OraclePolicy(LONG, "api", "http://w")
+    api.next("start"), api.next("results"), api.next(LIST_PAGE)
+    assert api.plan[0]["action"] == "visit"  # next_page was taken
+    pw = OraclePolicy(LONG, "playwright", "http://w")
+    pw.next("start"), pw.next("results")
+    assert pw.next(LIST_PAGE) == 'click("a[rel=\\"next\\"]")'
+    som = OraclePolicy(LONG, "som", "http://w")
+    som.next("start"), som.next("results")
+    cut = LIST_PAGE + '[3] link "Aa"\n[... more below: scroll down to read on]'
+    assert som.next(cut) == 'scroll("down")'  # the link is not in view yet: read on
+    assert som.next('[4] link "Zz"\nPage 1 of 2 [5] link "Next page"') == "click(5)"
+
+
+def test_panels_are_read_from_their_source_in_api_mode_and_derived_answers_need_the_evidence():
+    api = OraclePolicy(LONG, "api", "http://w")
+    for view in ("start", "results", LIST_PAGE):
+        api.next(view)
+    assert (
+        api.next("URL: http://w/geo/country/RU/cities?page=2") == "<visit> http://w/a.json</visit>"
+    )
+    assert api.next('{"Elevation": "1,234 ft"}') == "<answer> 1</answer>"  # a count: not quoted
+    som = OraclePolicy(LONG, "som", "http://w")
+    for view in ("start", "results", LIST_PAGE, '[9] link "Next page"'):
+        som.next(view)
+    assert som.next("URL: http://w/geo/country/RU/cities?page=2") == 'goto("http://w/airports/AAA")'
+    blind = OraclePolicy(LONG, "api", "http://w")
+    for view in ("start", "results", LIST_PAGE, "page 2"):
+        blind.next(view)
+    assert blind.next("Loading details...") == "<answer> unknown</answer>"  # no evidence: no answer

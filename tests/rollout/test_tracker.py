@@ -243,3 +243,28 @@ def test_a_crash_mid_episode_leaves_a_readable_log_and_record(tmp_path):
     log = (tmp_path / "crash-1.progress.log").read_text(encoding="utf-8").splitlines()
     assert len(log) == 6 and all(LINE.match(line) for line in log)
     assert log[-2].endswith('Step 3: search("q3")') and log[-1].endswith("→ results 3")
+
+
+def test_a_fifty_step_episode_stays_one_line_per_event(tmp_path, utc):
+    """A long som episode (49 clicks with long observations, then the answer): the log
+    keeps one short line per event, in order, and the record reads back every step."""
+    rec = EpisodeRecord("ep-long", TASK, "som")
+    long_view = 'Results\n[1] link "Item"\n' + "filler text " * 2000
+    with EpisodeTracker(tmp_path, rec, clock=lambda: T0 + 200) as tracker:
+        for i in range(1, 50):
+            tracker.log_step(
+                Step(i, f"click({i})", "click", {"n": i}, long_view,
+                     summary=f"Opened {long_view}", started=T0 + 2 * i, ended=T0 + 2 * i + 1)
+            )  # fmt: skip
+        tracker.log_step(Step(50, 'answer("x")', "answer", {"text": "x"}, started=T0 + 150))
+        tracker.finish("ok", answer="x", reward=Reward(1.0, {"verdict": "correct"}))
+    lines = tracker.log_path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 49 * 2 + 1 + 1
+    assert all(LINE.match(line) for line in lines[:-1]), lines[:4]
+    assert max(len(line) for line in lines) < 250
+    assert [int(m.group(1)) for m in map(re.compile(r".*Step (\d+):").match, lines) if m] == (
+        list(range(1, 51))
+    )
+    back = read_record(tracker.record_path)
+    assert [s.index for s in back.steps] == list(range(1, 51))
+    assert back.steps[10].observation == long_view and back.reward == 1.0

@@ -205,7 +205,9 @@ def test_group_membership_and_names_are_checked():
 def test_wrong_schema_version_is_refused_with_its_version():
     header, data = split(encode_group(make_group()))
     header["v"] = 99
-    with pytest.raises(WireError, match=r"schema version 99 is not supported \(expected 1\)"):
+    with pytest.raises(
+        WireError, match=r"schema version 99 is not supported \(expected one of \(1, 2\)\)"
+    ):
         decode_group(join(header, data))
 
 
