@@ -1,6 +1,7 @@
 """The api mode's backend: ``search`` calls the search API, ``visit`` fetches a page over
 HTTP and turns its HTML into Markdown (markdownify). No browser: JavaScript never
-runs, so content a page renders with JavaScript is not seen here.
+runs, so content a page renders with JavaScript is not seen here; an element that a
+script fills from a ``data-src`` URL gets a link to that source, which ``visit`` reads.
 
 Each episode has its own HTTP session and cookie jar. Redirects are followed by
 hand, each target checked against the URL allowlist, so a redirect cannot take
@@ -40,6 +41,12 @@ def html_to_markdown(html: str, fragment: str | None = None) -> tuple[str | None
     for tag in soup(["script", "style", "noscript", "template"]):
         tag.decompose()
     title = soup.title.get_text(" ", strip=True) if soup.title else None
+    for el in soup.find_all(attrs={"data-src": True}):  # filled by JavaScript from a source:
+        link = soup.new_tag("a", href=el["data-src"])  # here, a link to read it by
+        link.string = "loaded by JavaScript from this source"
+        para = soup.new_tag("p")
+        para.append(link)
+        el.append(para)
     main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
     target = (
         (soup.find(id=fragment) or soup.find("a", attrs={"name": fragment})) if fragment else None

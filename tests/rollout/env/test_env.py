@@ -286,3 +286,17 @@ async def test_screenshots_are_pngs_and_som_draws_its_marks(pool, web_url):
     finally:
         await close(plain_env, pcm)
         await close(som_env, scm)
+
+
+def test_api_mode_shows_where_a_script_loads_a_panel_from():
+    """api mode runs no JavaScript: a section a script fills from its ``data-src`` gets a
+    link to that source, so the agent can visit it (the airport pages' details panel)."""
+    from rollout.env.api import html_to_markdown
+
+    page = (
+        "<main><h1>Oslo Airport</h1><section id='details' data-src='/airports/api/OSL.json'>"
+        "<h2>Details</h2><p class='loading'>Loading details...</p></section></main>"
+    )
+    _, text = html_to_markdown(page)
+    assert "[loaded by JavaScript from this source](/airports/api/OSL.json)" in text, text
+    assert text.index("Details") < text.index("/airports/api/OSL.json")
