@@ -16,10 +16,25 @@ after compiling every shape it uses, measures over HTTP:
 
 Final line: {"bench": "serve", "decode_tok_s": {"1", "8", "32"}, "prefill_tok_s",
 "logprob_max_abs_diff"}
+
+``--episode`` instead plays one 40-turn episode over HTTP against
+``python -m learner.serve --init tiny --max-len 16384``, with the prefix cache
+(``inference.prefix_cache_tokens=65536``) and with ``--disable-radix-cache``, one server after the other: turn 1 sends a
+200-token prompt; each later turn sends the previous input + output + a 100-300
+token observation; every turn generates 30 tokens (seeded, eos ignored). Each
+server first plays the same episode once to compile every shape it uses, then the
+cache is flushed (``/flush_cache``) and the episode is measured. Per turn it prints
+the context length, ``cached_tokens`` and the server's ``e2e_latency`` of both.
+
+    python bench/serve.py --episode
+
+Final line: {"bench": "serve_episode", "turns", "context_tokens": {"first", "last"},
+"cache" / "no_cache": {"first_s", "last_s", "last_over_first"}, "tokens_identical"}
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import subprocess
@@ -59,8 +74,9 @@ def make_model() -> Model:
     return model
 
 
-def start(checkpoint: Path) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "learner.serve", "--checkpoint", str(checkpoint), "--port", "0"]
+def start(checkpoint: Path | None, *extra: str) -> tuple[subprocess.Popen, str]:
+    src = ["--checkpoint", str(checkpoint)] if checkpoint is not None else []
+    cmd = [sys.executable, "-m", "learner.serve", *src, "--port", "0", *extra]
     proc = subprocess.Popen(
         cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -120,7 +136,105 @@ def logprob_diff(model: Model, sampled: list[tuple[list[int], dict]]) -> float:
     return worst
 
 
+EPISODE_TURNS = 40
+EPISODE_NEW = 30
+EPISODE_MAX_LEN = 16384
+
+
+async def play_episode(url: str) -> list[dict]:
+    """One episode: per turn the context length, cached tokens, server latency, output."""
+    rng = np.random.default_rng(0)
+    ids = prompt(200, 1)
+    turns = []
+    sampling = dict(temperature=1.0, max_new_tokens=EPISODE_NEW, ignore_eos=True)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+        for turn in range(EPISODE_TURNS):
+            t0 = time.monotonic()
+            out = await generate(s, url, ids, **sampling, seed=turn)
+            wall = time.monotonic() - t0
+            meta = out["meta_info"]
+            turns.append(
+                {
+                    "context": len(ids),
+                    "cached": meta["cached_tokens"],
+                    "server_s": meta["e2e_latency"],
+                    "wall_s": wall,
+                    "output_ids": out["output_ids"],
+                }
+            )
+            observation = prompt(int(rng.integers(100, 301)), 1000 + turn)
+            ids = ids + out["output_ids"] + observation
+    return turns
+
+
+async def measured_episode(url: str) -> list[dict]:
+    await play_episode(url)  # compiles every bucket the episode reaches
+    async with aiohttp.ClientSession() as s, s.post(url + "/flush_cache") as r:
+        r.raise_for_status()
+    return await play_episode(url)
+
+
+EPISODE_CACHE_TOKENS = 65536  # the prefix cache (off by default): 7 such episodes
+
+
+def episode_main(modes: list[str]) -> int:
+    runs = {}
+    on = ("--set", f"inference.prefix_cache_tokens={EPISODE_CACHE_TOKENS}")
+    for name, extra in (("cache", on), ("no_cache", ("--disable-radix-cache",))):
+        if name not in modes:
+            continue
+        proc, url = start(None, "--init", "tiny", "--max-len", str(EPISODE_MAX_LEN), *extra)
+        try:
+            runs[name] = asyncio.run(measured_episode(url))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        ms = [round(1000 * t["server_s"], 1) for t in runs[name]]
+        ctx = [t["context"] for t in runs[name]]
+        print(json.dumps({"mode": name, "context": ctx, "server_ms": ms}), flush=True)
+    if len(runs) < 2:
+        return 0
+    cache, plain = runs["cache"], runs["no_cache"]
+    print("turn  context  cached  cache_ms  no_cache_ms")
+    for i, (a, b) in enumerate(zip(cache, plain, strict=True)):
+        print(
+            f"{i + 1:4d}  {a['context']:7d}  {a['cached']:6d}  "
+            f"{1000 * a['server_s']:8.1f}  {1000 * b['server_s']:11.1f}"
+        )
+
+    def summary(turns: list[dict]) -> dict:
+        first, last = turns[0]["server_s"], turns[-1]["server_s"]
+        return {
+            "first_s": round(first, 4),
+            "last_s": round(last, 4),
+            "last_over_first": round(last / first, 2),
+            "server_ms": [round(1000 * t["server_s"], 1) for t in turns],
+        }
+
+    same = all(a["output_ids"] == b["output_ids"] for a, b in zip(cache, plain, strict=True))
+    print(
+        json.dumps(
+            {
+                "bench": "serve_episode",
+                "turns": EPISODE_TURNS,
+                "context_tokens": {"first": cache[0]["context"], "last": cache[-1]["context"]},
+                "cached_tokens": [t["cached"] for t in cache],
+                "cache": summary(cache),
+                "no_cache": summary(plain),
+                "tokens_identical": same,
+            }
+        )
+    )
+    return 0
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episode", action="store_true", help="the 40-turn episode instead")
+    parser.add_argument("--modes", default="cache,no_cache", help="episode: servers to run")
+    args = parser.parse_args()
+    if args.episode:
+        return episode_main(args.modes.split(","))
     model = make_model()
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "ckpt"

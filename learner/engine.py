@@ -8,6 +8,21 @@ chunk of ``decode_chunk`` steps (a ``lax.scan``) runs between host checks for
 stop tokens, length limits, aborts and pauses. Rows keep their own positions, so
 prompts of different lengths share a batch without left padding.
 
+With ``prefix_cache_tokens`` > 0 the KV of every finished sequence (prompt and
+output) is kept in a device pool of that many token slots (``PrefixCache`` says
+which tokens sit where). A request whose ``input_ids`` share a prefix with a kept
+sequence (the next turn of an episode, a GRPO sibling) copies that prefix's KV from
+the pool and runs only the rest through the model: a jitted extend program per
+(batch, new-token length, cache length) bucket. ``Request.cached_tokens`` is the
+hit length. Any change of weights drops the kept KV. Requests that score their
+prompt (``logprob_start_len``) always prefill in full.
+
+What a turn costs follows the context in use, not the cache bucket: extend and decode
+attend through :func:`learner.extend.attend_cache` (key tiles up to the furthest
+query position, a dynamic trip count), only the new tokens' KV is written back to the
+pool (:func:`learner.extend.store`), and prefill uses the memory-efficient attention
+(``auto``: blockwise on CPU), so a long prompt never holds P x P scores.
+
 :meth:`Engine.generate` is synchronous and not thread-safe: the server calls it
 from one worker thread, which also serialises weight updates with generation.
 """
@@ -26,7 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from learner import decoder, extend
 from learner.model import Model, get_params, set_params
+from learner.prefix_cache import NO_SLOTS, PrefixCache
 from learner.sampling import row_keys, sample
 
 
@@ -58,6 +75,7 @@ class Request:
     input_logprobs: list[float | None] | None = None
     finish_reason: dict[str, Any] | None = None
     aborted: bool = False  # set from another thread; read between decode chunks
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 def bucket(n: int, sizes: Sequence[int]) -> int:
@@ -88,6 +106,7 @@ class Engine:
         max_len: int | None = None,
         decode_chunk: int = 8,
         seed: int = 0,
+        prefix_cache_tokens: int = 0,
     ) -> None:
         self.cfg = model.cfg
         self.graphdef, state = nnx.split(model)
@@ -104,6 +123,12 @@ class Engine:
         self._decode = jax.jit(
             partial(_decode, self.graphdef), static_argnums=(9,), donate_argnums=(1,)
         )
+        self._extend = jax.jit(partial(_extend, self.graphdef))
+        self._store = jax.jit(extend.store, donate_argnums=(0,))
+        self.prefix_cache_tokens = prefix_cache_tokens
+        self.prefix: PrefixCache | None = None  # None: disabled
+        self._pool: tuple[jax.Array, jax.Array] | None = None  # (k, v), each (L, Hkv, P, D)
+        self.flush_cache()
 
     # ------------------------------------------------------------------------- weights
 
@@ -113,6 +138,7 @@ class Engine:
         if graphdef != self.graphdef:
             raise ValueError("the new model's architecture differs from the served one")
         self.state = _committed(state)
+        self.flush_cache()
 
     def set_params(self, params: Mapping[str, Any]) -> None:
         """Serve these weights (by parameter path, e.g. a train state's ``params``) from the
@@ -130,6 +156,13 @@ class Engine:
             placed[name] = value  # a name or shape that does not match: set_params refuses it
         set_params(model, placed)
         self.state = nnx.split(model)[1]
+        self.flush_cache()
+
+    def flush_cache(self) -> None:
+        """Forget every kept prefix (their KV no longer matches the weights, or was asked
+        to go). A batch running meanwhile keeps what it pinned, and keeps nothing new."""
+        if self.prefix_cache_tokens > 0:
+            self.prefix = PrefixCache(self.prefix_cache_tokens)
 
     # ------------------------------------------------------------------------- generation
 
@@ -168,10 +201,31 @@ class Engine:
         samp = self._sampling_arrays(reqs, len(lengths))
         # a start at the prompt's end (how clients ask for output logprobs only) scores nothing
         want_prompt = any(0 <= r.logprob_start_len < len(r.input_ids) for r in reqs)
-        tok, lp, cache, prompt_lp = self._prefill(
-            self.state, jnp.asarray(tokens), jnp.asarray(lengths), cache_len, *samp, want_prompt
-        )
-        self._record_prompt_logprobs(reqs, np.asarray(prompt_lp) if want_prompt else None)
+        prefix = self.prefix
+        pins = [NO_SLOTS] * len(reqs)
+        if prefix is not None and not want_prompt:  # the last prompt token is always run
+            pins = [prefix.acquire(r.input_ids[:-1]) for r in reqs]
+        for r, slots in zip(reqs, pins, strict=True):
+            r.cached_tokens = len(slots)
+        try:
+            if any(len(p) for p in pins):
+                tok, lp, cache = self._extend_from(reqs, pins, lengths, cache_len, samp)
+            else:
+                tok, lp, cache, prompt_lp = self._prefill(
+                    self.state, jnp.asarray(tokens), jnp.asarray(lengths), cache_len, *samp,
+                    want_prompt,
+                )  # fmt: skip
+                self._record_prompt_logprobs(reqs, np.asarray(prompt_lp) if want_prompt else None)
+            cache = self._decode_all(reqs, tok, lp, cache, lengths, samp)
+            if prefix is not None and prefix is self.prefix:  # not flushed meanwhile
+                self._keep(prefix, reqs, cache)
+        finally:
+            if prefix is not None:
+                for slots in pins:
+                    prefix.release(slots)
+
+    def _decode_all(self, reqs, tok, lp, cache, lengths, samp):
+        """Record the first tokens and decode until every row is finished; the final cache."""
         for r in reqs:
             if r.params.max_new_tokens <= 0:  # scoring the prompt only
                 r.finish_reason = {"type": "length", "length": 0}
@@ -186,6 +240,58 @@ class Engine:
             )
             self._record(reqs, np.asarray(toks), np.asarray(lps))
             t += self.decode_chunk
+        return cache
+
+    def _extend_from(self, reqs, pins, lengths, cache_len, samp):
+        """First tokens and the batch cache, running only what follows each cached prefix."""
+        rows = len(lengths)
+        starts = np.zeros(rows, np.int32)
+        slots = np.zeros((rows, cache_len), np.int32)  # past a row's prefix: overwritten or hidden
+        for i, p in enumerate(pins):
+            starts[i] = len(p)
+            slots[i, : len(p)] = p
+        new = lengths - starts
+        tokens = np.zeros((rows, bucket(int(new.max()), self.len_buckets)), np.int32)
+        for i, r in enumerate(reqs):
+            tokens[i, : new[i]] = r.input_ids[starts[i] :]
+        return self._extend(
+            self.state, self._pool, jnp.asarray(slots), jnp.asarray(starts),
+            jnp.asarray(tokens), jnp.asarray(new), *samp,
+        )  # fmt: skip
+
+    def _keep(self, prefix: PrefixCache, reqs: list[Request], cache) -> None:
+        """Keep each finished row's KV: its prompt and output, less the last token (never
+        fed back, so it has none)."""
+        if self._pool is None:
+            shape = (self.cfg.num_layers, self.cfg.num_kv_heads, prefix.capacity, self.cfg.head_dim)
+            zeros = (jnp.zeros(shape, cache[0].dtype), jnp.zeros(shape, cache[1].dtype))
+            self._pool = _committed(zeros)  # as the store's outputs are: one compile, not two
+        cache_len = cache[0].shape[3]
+        rows, pos, dst = [], [], []  # only the entries not in the pool yet (this turn's)
+        written = []
+        for i, r in enumerate(reqs):
+            if r.finish_reason is None or r.finish_reason["type"] == "abort":
+                continue
+            seq = r.input_ids + r.output_ids[:-1]
+            placed = prefix.insert(seq[:cache_len])
+            if placed is not None:
+                start, slots = placed
+                rows.append(np.full(len(slots), i, np.int32))
+                pos.append(np.arange(start, start + len(slots), dtype=np.int32))
+                dst.append(slots)
+                written.append(slots)
+        if written:
+            n = sum(len(x) for x in dst)
+            size = bucket(n, _pow2_buckets(64, max(64, 1 << (n - 1).bit_length())))
+            pad = size - n  # padding entries go to slot `capacity`: dropped
+            rows_a = np.concatenate([*rows, np.zeros(pad, np.int32)])
+            pos_a = np.concatenate([*pos, np.zeros(pad, np.int32)])
+            dst_a = np.concatenate([*dst, np.full(pad, prefix.capacity, np.int32)])
+            self._pool = self._store(
+                self._pool, cache, jnp.asarray(rows_a), jnp.asarray(pos_a), jnp.asarray(dst_a)
+            )
+        for slots in written:
+            prefix.release(slots)
 
     def _sampling_arrays(self, reqs: list[Request], rows: int) -> tuple[jax.Array, ...]:
         pad = rows - len(reqs)
@@ -251,7 +357,7 @@ def _committed(state: Any) -> Any:
 def _prefill(graphdef, state, tokens, lengths, cache_len, temp, top_p, top_k, seeds, want_prompt):
     """Fill the cache from the prompts and sample each row's first token."""
     model = nnx.merge(graphdef, state)
-    logits, hidden, cache = model.prefill(tokens, lengths, cache_len)
+    logits, hidden, cache = _prefill_pass(model, tokens, lengths, cache_len)
     tok, lp = sample(logits, temp, top_p, top_k, row_keys(seeds, 0))
     prompt_lp = None
     if want_prompt:  # log p(prompt[t] | prompt[:t]) at the request's temperature
@@ -262,13 +368,39 @@ def _prefill(graphdef, state, tokens, lengths, cache_len, temp, top_p, top_k, se
     return tok, lp, cache, prompt_lp
 
 
+PREFILL_OPTIONS = decoder.Options(attention="auto", packed=False)
+
+
+def _prefill_pass(model, tokens, lengths, cache_len):
+    """``learner.decoder.prefill`` with the memory-efficient attention (``auto``: blockwise
+    on CPU past 64 tokens, cuDNN on GPU): a long prompt never holds P x P scores."""
+    params = get_params(model)
+    p = tokens.shape[1]
+    valid = (jnp.arange(p)[None] < lengths[:, None]).astype(jnp.int32)
+    h, (k, v) = decoder.hidden(
+        model.cfg, params, tokens, segment_ids=valid, opts=PREFILL_OPTIONS, return_kv=True
+    )
+    last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
+    pad = ((0, 0), (0, 0), (0, 0), (0, cache_len - p), (0, 0))
+    return decoder.unembed(model.cfg, params, last), h, (jnp.pad(k, pad), jnp.pad(v, pad))
+
+
+def _extend(graphdef, state, pool, slots, starts, tokens, lengths, temp, top_p, top_k, seeds):
+    """Gather each row's cached prefix from the pool, run the new tokens, sample."""
+    model = nnx.merge(graphdef, state)
+    cache = extend.gather(pool, slots)
+    logits, cache = extend.extend(model.cfg, get_params(model), tokens, starts, lengths, cache)
+    tok, lp = sample(logits, temp, top_p, top_k, row_keys(seeds, 0))
+    return tok, lp, cache
+
+
 def _decode(graphdef, state, cache, tok, pos, t0, temp, top_p, top_k, seeds, steps):
     """``steps`` decode steps: feed each row's last token, sample the next."""
     model = nnx.merge(graphdef, state)
 
     def step(carry, i):
         cache, tok, pos = carry
-        logits, cache = model.decode(tok, pos, cache)
+        logits, cache = extend.decode(model.cfg, get_params(model), tok, pos, cache)
         nxt, lp = sample(logits, temp, top_p, top_k, row_keys(seeds, t0 + i))
         return (cache, nxt, pos + 1), (nxt, lp)
 

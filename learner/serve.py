@@ -13,7 +13,8 @@ names and shapes, so the rollout client cannot tell it from SGLang:
   Reply: ``text``, ``output_ids`` (a matched stop token included), ``meta_info``
   with ``id``, ``finish_reason`` (``{"type": "stop", "matched": id}`` |
   ``{"type": "length", "length": n}`` | ``{"type": "abort", ...}``),
-  ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``weight_version``,
+  ``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` (prompt tokens whose
+  KV the prefix cache supplied), ``weight_version``,
   ``e2e_latency`` and, when asked, ``output_token_logprobs`` /
   ``input_token_logprobs`` as ``[logprob, token_id, text | null]`` items.
 - ``GET /health``, ``GET /health_generate``, ``POST /flush_cache``,
@@ -23,6 +24,12 @@ names and shapes, so the rollout client cannot tell it from SGLang:
   ``POST /update_weights_from_disk`` (``{"model_path", "weight_version",
   "flush_cache", "abort_all_requests"}`` -> ``{"success", "message"}``; an HF
   directory or an Orbax checkpoint).
+
+KV caches are kept between requests (``inference.prefix_cache_tokens`` tokens,
+LRU; ``--disable-radix-cache`` turns that off, as in SGLang): a prompt extending a
+kept sequence, such as the next turn of an episode, runs only its new tokens.
+``/flush_cache`` drops them, and like SGLang's it refuses (400) while requests are
+running or queued; a weight update always drops them.
 
 Logprobs are ``log_softmax(logits / temperature)`` of the sampled token, before
 top-k/top-p, as SGLang reports them. When listening it prints one line,
@@ -111,10 +118,11 @@ class Server:
             log.exception("generation failed")
             return self._error(f"generation failed: {e}", status=500)
         latency = time.monotonic() - t0
-        out = [
-            build_response(r, o, self.tokenizer, self.weight_version, latency)
-            for r, o in zip(reqs, opts, strict=True)
-        ]
+        out = []
+        for r, o in zip(reqs, opts, strict=True):
+            item = build_response(r, o, self.tokenizer, self.weight_version, latency)
+            item["meta_info"]["cached_tokens"] = r.cached_tokens
+            out.append(item)
         return web.json_response(out if batched else out[0])
 
     async def health(self, request: web.Request) -> web.Response:
@@ -131,7 +139,13 @@ class Server:
         return web.Response(status=200)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        # No prefix cache survives between batches, so there is nothing to flush.
+        # SGLang flushes only when idle and answers 400 otherwise.
+        if self.scheduler.running or self.scheduler.queue:
+            return web.Response(
+                status=400,
+                text="Cache not flushed: there are running or queued requests.\n",
+            )
+        await self.scheduler.run_exclusive(self.engine.flush_cache)
         return web.Response(text="Cache flushed.\n")
 
     async def model_info(self, request: web.Request) -> web.Response:
@@ -243,6 +257,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, RunConfig]:
         help="decode steps per compiled chunk between checks (default 8)",
     )
     parser.add_argument("--max-len", type=int, help="context length (default: the model's)")
+    parser.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="keep no KV between requests (default: inference.prefix_cache_tokens tokens)",
+    )
     parser.add_argument("--weight-version", default="default", help="initial weight_version")
     add_config_args(parser)
     args = parser.parse_args(argv)
@@ -268,6 +287,7 @@ async def serve(args: argparse.Namespace, config: RunConfig) -> None:
         max_len=args.max_len,
         decode_chunk=args.decode_chunk,
         seed=config.learner.seed,
+        prefix_cache_tokens=0 if args.disable_radix_cache else config.inference.prefix_cache_tokens,
     )
     scheduler = Scheduler(engine, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     server = Server(source, engine, scheduler, tokenizer)

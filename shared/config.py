@@ -201,6 +201,12 @@ class InferenceConfig:
     observation_tokens: int = option(256, "Token budget of one observation.", ge=8)
     timeout_s: float = option(60.0, "Timeout of one generate request.", gt=0)
     retries: int = option(3, "Retries of a request on connection errors.", ge=0, le=20)
+    prefix_cache_tokens: int = option(
+        0,
+        "Embedded server: KV kept between requests for prompts that extend a kept sequence "
+        "(tokens, LRU-evicted; e.g. 65536); 0, the default, keeps none.",
+        ge=0,
+    )
 
 
 @dataclass(frozen=True)

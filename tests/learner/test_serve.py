@@ -32,7 +32,17 @@ PROMPT = [1, 882, 198, 3920, 340, 1095, 30, 2, 198, 1, 3513, 198]  # 12 tokens, 
 def server(tmp_path_factory):
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
     proc, url = start_server(
-        ["learner.serve", "--init", "tiny", "--port", "0", "--max-batch", "16"],
+        [
+            "learner.serve",
+            "--init",
+            "tiny",
+            "--port",
+            "0",
+            "--max-batch",
+            "16",
+            "--set",
+            "inference.prefix_cache_tokens=65536",
+        ],  # the prefix cache on (off by default)
         "serving on",
         log=log,
     )
@@ -276,6 +286,43 @@ async def test_pause_abort_mode_aborts_running_and_holds_new(server):
     await post(server, "/continue_generation")
     status, item = await held
     assert status == 200 and len(item["output_ids"]) == 2
+
+
+async def test_prefix_cache_hits_next_turns_and_matches_a_cold_run(server, weights):
+    """Turn 2 of an episode reuses turn 1's KV (``cached_tokens`` says how much) and gives
+    the same tokens and logprobs as the same request after ``/flush_cache``."""
+    await load(server, weights["ckpt"] / "1", "prefix-cache")
+    first = PROMPT + [int(t) for t in np.random.default_rng(0).integers(3, 4096, 60)]
+    body = {**gen(first, temperature=1.0, sampling_seed=5, max_new_tokens=10, ignore_eos=True)}
+    _, a = await post(server, "/generate", body)
+    turn2 = first + a["output_ids"] + [198, 1, 3513, 198]
+    body = {**gen(turn2, temperature=1.0, sampling_seed=6, max_new_tokens=10, ignore_eos=True)}
+    body["return_logprob"] = True
+    _, hot = await post(server, "/generate", body)
+    assert hot["meta_info"]["cached_tokens"] == len(first) + 10 - 1  # the last token has no KV
+    assert (await post(server, "/flush_cache"))[0] == 200
+    _, cold = await post(server, "/generate", body)
+    assert cold["meta_info"]["cached_tokens"] == 0
+    assert hot["output_ids"] == cold["output_ids"]
+    np.testing.assert_allclose(
+        [x[0] for x in hot["meta_info"]["output_token_logprobs"]],
+        [x[0] for x in cold["meta_info"]["output_token_logprobs"]],
+        atol=1e-5,
+        rtol=0,
+    )
+    # new weights drop the cache: the same request is a miss again
+    await load(server, weights["ckpt"] / "2", "prefix-cache-2")
+    _, again = await post(server, "/generate", body)
+    assert again["meta_info"]["cached_tokens"] == 0
+
+
+async def test_flush_cache_is_refused_while_requests_run(server):
+    task = asyncio.create_task(post(server, "/generate", LONG))
+    await asyncio.sleep(0.3)
+    status, text = await post(server, "/flush_cache")
+    assert status == 400 and "not flushed" in text
+    assert (await task)[0] == 200
+    assert (await post(server, "/flush_cache"))[0] == 200
 
 
 async def test_qwen3_served_logprobs_equal_the_train_steps(tmp_path):

@@ -1,0 +1,180 @@
+"""Prefill on top of a cached prefix: only each row's new tokens go through the model.
+
+Pure functions of the flat parameter dict (:mod:`learner.decoder`'s pieces), for the
+engine's jitted "extend" program. Row i's cache already holds the keys and values
+of its first ``starts[i]`` tokens; its ``lengths[i]`` new tokens (right-padded to a
+bucket) sit at positions ``starts[i]..``, write their keys and values into the cache
+there, and attend to every cache entry at or before their own position. Padding
+tokens write past the row's end (hidden from every later query until a decode step
+overwrites them) or past the cache (dropped).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from learner import decoder
+from learner.decoder import DEFAULT_OPTIONS, KVCache, Params
+from learner.modelconfig import ModelConfig
+
+
+def gather(pool: KVCache, slots_bc: jax.Array) -> KVCache:
+    """A batch cache (L, B, Hkv, C, D) from pool slots (B, C) of a pool (L, Hkv, P, D)."""
+    return tuple(p[:, :, slots_bc].transpose(0, 2, 1, 3, 4) for p in pool)
+
+
+def scatter(pool: KVCache, cache: KVCache, slots_bc: jax.Array) -> KVCache:
+    """Write the batch cache's entries into pool slots (B, C); slots >= P are skipped."""
+    return tuple(
+        p.at[:, :, slots_bc].set(c.transpose(0, 2, 1, 3, 4).astype(p.dtype), mode="drop")
+        for p, c in zip(pool, cache, strict=True)
+    )
+
+
+def store(pool: KVCache, cache: KVCache, rows: jax.Array, pos: jax.Array, slots: jax.Array):
+    """Write only the listed cache entries into the pool: entry n is row ``rows[n]``,
+    position ``pos[n]`` of the batch cache, going to pool slot ``slots[n]`` (>= P: skipped,
+    how padding entries are written). Cost in the entries written, not the cache length."""
+    out = []
+    for p, c in zip(pool, cache, strict=True):
+        vals = c[:, rows, :, jnp.minimum(pos, c.shape[3] - 1)]  # (N, L, Hkv, D)
+        out.append(p.at[:, :, slots].set(vals.transpose(1, 2, 0, 3).astype(p.dtype), mode="drop"))
+    return tuple(out)
+
+
+_MASKED = -1e30
+
+
+def key_block(length: int, cap: int) -> int:
+    """The key tile of the blocked attention over a cache of ``length``: the largest power
+    of two <= ``cap`` dividing it (cache buckets are powers of two, but a ``max_len`` that
+    is not one makes the top bucket's tiles small: correct, slower)."""
+    return min(cap, length & -length)
+
+
+def attend_cache(
+    q_bhsd: jax.Array,
+    k_cache: jax.Array,
+    v_cache: jax.Array,
+    layer: jax.Array,
+    q_pos_bs: jax.Array,
+    block: int,
+) -> jax.Array:
+    """q (B, H, S, D) at positions (B, S) over layer ``layer`` of a stacked cache
+    (L, B, Hkv, C, D): key c is visible to a query at position p iff c <= p.
+
+    Online softmax (float32) over ``block``-key tiles, looping only over the tiles up to
+    the furthest query position (a dynamic trip count): the cost follows the context in
+    use, not the cache's length. The same function as ``attend_masked`` over the cache,
+    up to float rounding. A query seeing no key gets 0."""
+    b, h, s, d = q_bhsd.shape
+    hkv, c = k_cache.shape[2], k_cache.shape[3]
+    q = q_bhsd.reshape(b, hkv, h // hkv, s, d)
+    n_keys = jnp.minimum(jnp.max(q_pos_bs) + 1, c)
+    n_blocks = (n_keys + block - 1) // block
+    sqrt_d = math.sqrt(d)
+
+    def tile(x, j):
+        start = (layer, 0, 0, j * block, 0)
+        return lax.dynamic_slice(x, start, (1, b, hkv, block, d))[0]
+
+    def step(j, carry):
+        m, denom, acc = carry
+        k, v = tile(k_cache, j), tile(v_cache, j)
+        sc = jnp.einsum("bkgqd,bkcd->bkgqc", q, k, preferred_element_type=jnp.float32)
+        vis = (j * block + jnp.arange(block))[None, None] <= q_pos_bs[:, :, None]  # (B, S, c)
+        vis = vis[:, None, None]
+        sc = jnp.where(vis, sc / sqrt_d, _MASKED)
+        m_new = jnp.maximum(m, sc.max(-1))
+        p = jnp.where(vis, jnp.exp(sc - m_new[..., None]), 0.0)
+        alpha = jnp.exp(m - m_new)
+        pv = jnp.einsum(
+            "bkgqc,bkcd->bkgqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32
+        )
+        return m_new, alpha * denom + p.sum(-1), alpha[..., None] * acc + pv
+
+    g = h // hkv
+    init = (
+        jnp.full((b, hkv, g, s), _MASKED, jnp.float32),
+        jnp.zeros((b, hkv, g, s), jnp.float32),
+        jnp.zeros((b, hkv, g, s, d), jnp.float32),
+    )
+    _, denom, acc = lax.fori_loop(0, n_blocks, step, init)
+    seen = denom > 0
+    out = jnp.where(seen[..., None], acc / jnp.where(seen, denom, 1.0)[..., None], 0.0)
+    return out.reshape(b, h, s, d).astype(q_bhsd.dtype)
+
+
+def decode(
+    cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array, cache: KVCache
+) -> tuple[jax.Array, KVCache]:
+    """``learner.decoder.decode`` (one token per row at its own position) with the
+    blocked attention: each step reads the cache only up to the furthest row's position."""
+    s = cache[0].shape[3]
+    block = key_block(s, DECODE_BLOCK)
+    cos, sin = decoder.rope_tables(jnp.asarray(decoder.rope_inv_freq(cfg)), positions[:, None])
+    x = decoder.embed(cfg, params, tokens[:, None])
+    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+    rows = jnp.arange(tokens.shape[0])
+
+    def body(carry, layer):
+        x, k_cache, v_cache = carry
+        p, i = layer
+        q, k, v = decoder.qkv(cfg, p, x, cos, sin)
+        k_cache = k_cache.at[i, rows, :, positions].set(
+            k[:, :, 0].astype(k_cache.dtype), mode="drop"
+        )
+        v_cache = v_cache.at[i, rows, :, positions].set(
+            v[:, :, 0].astype(v_cache.dtype), mode="drop"
+        )
+        heads = attend_cache(q, k_cache, v_cache, i, positions[:, None], block)
+        return (decoder.finish_block(cfg, p, x, heads), k_cache, v_cache), None
+
+    layers = (decoder.layer_params(params), jnp.arange(cfg.num_layers))
+    (x, *new_cache), _ = decoder.run_layers(body, (x, *cache), layers, DEFAULT_OPTIONS)
+    return decoder.unembed(cfg, params, x[:, 0]), tuple(new_cache)
+
+
+DECODE_BLOCK = 1024  # key tile of a decode step (one query per row: big tiles, few trips)
+EXTEND_BLOCK = 256  # key tile of the extend pass (S queries x tile scores per trip)
+
+
+def extend(
+    cfg: ModelConfig,
+    params: Params,
+    tokens: jax.Array,
+    starts: jax.Array,
+    lengths: jax.Array,
+    cache: KVCache,
+) -> tuple[jax.Array, KVCache]:
+    """New tokens (B, S) after ``starts`` (B,) cached ones -> (logits at each row's last
+    new token (B, V), the cache with the new tokens' keys and values)."""
+    b, s = tokens.shape
+    block = key_block(cache[0].shape[3], EXTEND_BLOCK)
+    pos_bs = starts[:, None] + jnp.arange(s)[None]
+    cos, sin = decoder.rope_tables(jnp.asarray(decoder.rope_inv_freq(cfg)), pos_bs)
+    x = decoder.embed(cfg, params, tokens)
+    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
+    rows = jnp.arange(b)[:, None]
+
+    def body(carry, layer):
+        x, k_cache, v_cache = carry
+        p, i = layer
+        q, k, v = decoder.qkv(cfg, p, x, cos, sin)  # k, v: (B, Hkv, S, D)
+        k_cache = k_cache.at[i, rows, :, pos_bs].set(
+            k.transpose(0, 2, 1, 3).astype(k_cache.dtype), mode="drop"
+        )
+        v_cache = v_cache.at[i, rows, :, pos_bs].set(
+            v.transpose(0, 2, 1, 3).astype(v_cache.dtype), mode="drop"
+        )
+        heads = attend_cache(q, k_cache, v_cache, i, pos_bs, block)
+        return (decoder.finish_block(cfg, p, x, heads), k_cache, v_cache), None
+
+    layers = (decoder.layer_params(params), jnp.arange(cfg.num_layers))
+    (x, *new_cache), _ = decoder.run_layers(body, (x, *cache), layers, DEFAULT_OPTIONS)
+    last = jnp.take_along_axis(x, (lengths - 1)[:, None, None], axis=1)[:, 0]
+    return decoder.unembed(cfg, params, last), tuple(new_cache)
