@@ -280,13 +280,18 @@ def hidden(
 
 
 def prefill(
-    cfg: ModelConfig, params: Params, tokens: jax.Array, lengths: jax.Array, cache_len: int
+    cfg: ModelConfig,
+    params: Params,
+    tokens: jax.Array,
+    lengths: jax.Array,
+    cache_len: int,
+    opts: Options = DEFAULT_OPTIONS,
 ) -> tuple[jax.Array, jax.Array, KVCache]:
     """Right-padded prompts (B, P) of ``lengths`` (B,) -> (logits at each row's last prompt
     token (B, V), final hidden states (B, P, E), a cache of length ``cache_len`` >= P)."""
     p = tokens.shape[1]
     valid = (jnp.arange(p)[None] < lengths[:, None]).astype(jnp.int32)
-    h, (k, v) = hidden(cfg, params, tokens, segment_ids=valid, return_kv=True)
+    h, (k, v) = hidden(cfg, params, tokens, segment_ids=valid, opts=opts, return_kv=True)
     last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
     pad = ((0, 0), (0, 0), (0, 0), (0, cache_len - p), (0, 0))
     return unembed(cfg, params, last), h, (jnp.pad(k, pad), jnp.pad(v, pad))

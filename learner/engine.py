@@ -268,7 +268,6 @@ class Engine:
             self._pool = _committed(zeros)  # as the store's outputs are: one compile, not two
         cache_len = cache[0].shape[3]
         rows, pos, dst = [], [], []  # only the entries not in the pool yet (this turn's)
-        written = []
         for i, r in enumerate(reqs):
             if r.finish_reason is None or r.finish_reason["type"] == "abort":
                 continue
@@ -279,8 +278,7 @@ class Engine:
                 rows.append(np.full(len(slots), i, np.int32))
                 pos.append(np.arange(start, start + len(slots), dtype=np.int32))
                 dst.append(slots)
-                written.append(slots)
-        if written:
+        if dst:
             n = sum(len(x) for x in dst)
             size = bucket(n, _pow2_buckets(64, max(64, 1 << (n - 1).bit_length())))
             pad = size - n  # padding entries go to slot `capacity`: dropped
@@ -290,7 +288,7 @@ class Engine:
             self._pool = self._store(
                 self._pool, cache, jnp.asarray(rows_a), jnp.asarray(pos_a), jnp.asarray(dst_a)
             )
-        for slots in written:
+        for slots in dst:
             prefix.release(slots)
 
     def _sampling_arrays(self, reqs: list[Request], rows: int) -> tuple[jax.Array, ...]:
@@ -354,10 +352,16 @@ def _committed(state: Any) -> Any:
 # ----------------------------------------------------------------------------- jitted
 
 
+PREFILL_OPTIONS = decoder.Options(attention="auto", packed=False)
+
+
 def _prefill(graphdef, state, tokens, lengths, cache_len, temp, top_p, top_k, seeds, want_prompt):
     """Fill the cache from the prompts and sample each row's first token."""
     model = nnx.merge(graphdef, state)
-    logits, hidden, cache = _prefill_pass(model, tokens, lengths, cache_len)
+    # the memory-efficient attention (``auto``: blockwise on CPU, cuDNN on GPU): no P x P scores
+    logits, hidden, cache = decoder.prefill(
+        model.cfg, get_params(model), tokens, lengths, cache_len, PREFILL_OPTIONS
+    )
     tok, lp = sample(logits, temp, top_p, top_k, row_keys(seeds, 0))
     prompt_lp = None
     if want_prompt:  # log p(prompt[t] | prompt[:t]) at the request's temperature
@@ -366,23 +370,6 @@ def _prefill(graphdef, state, tokens, lengths, cache_len, temp, top_p, top_k, se
         picked = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
         prompt_lp = jnp.pad(picked, ((0, 0), (1, 0)))
     return tok, lp, cache, prompt_lp
-
-
-PREFILL_OPTIONS = decoder.Options(attention="auto", packed=False)
-
-
-def _prefill_pass(model, tokens, lengths, cache_len):
-    """``learner.decoder.prefill`` with the memory-efficient attention (``auto``: blockwise
-    on CPU past 64 tokens, cuDNN on GPU): a long prompt never holds P x P scores."""
-    params = get_params(model)
-    p = tokens.shape[1]
-    valid = (jnp.arange(p)[None] < lengths[:, None]).astype(jnp.int32)
-    h, (k, v) = decoder.hidden(
-        model.cfg, params, tokens, segment_ids=valid, opts=PREFILL_OPTIONS, return_kv=True
-    )
-    last = jnp.take_along_axis(h, (lengths - 1)[:, None, None], axis=1)[:, 0]
-    pad = ((0, 0), (0, 0), (0, 0), (0, cache_len - p), (0, 0))
-    return decoder.unembed(model.cfg, params, last), h, (jnp.pad(k, pad), jnp.pad(v, pad))
 
 
 def _extend(graphdef, state, pool, slots, starts, tokens, lengths, temp, top_p, top_k, seeds):

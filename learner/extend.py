@@ -27,14 +27,6 @@ def gather(pool: KVCache, slots_bc: jax.Array) -> KVCache:
     return tuple(p[:, :, slots_bc].transpose(0, 2, 1, 3, 4) for p in pool)
 
 
-def scatter(pool: KVCache, cache: KVCache, slots_bc: jax.Array) -> KVCache:
-    """Write the batch cache's entries into pool slots (B, C); slots >= P are skipped."""
-    return tuple(
-        p.at[:, :, slots_bc].set(c.transpose(0, 2, 1, 3, 4).astype(p.dtype), mode="drop")
-        for p, c in zip(pool, cache, strict=True)
-    )
-
-
 def store(pool: KVCache, cache: KVCache, rows: jax.Array, pos: jax.Array, slots: jax.Array):
     """Write only the listed cache entries into the pool: entry n is row ``rows[n]``,
     position ``pos[n]`` of the batch cache, going to pool slot ``slots[n]`` (>= P: skipped,
@@ -113,30 +105,9 @@ def decode(
     cfg: ModelConfig, params: Params, tokens: jax.Array, positions: jax.Array, cache: KVCache
 ) -> tuple[jax.Array, KVCache]:
     """``learner.decoder.decode`` (one token per row at its own position) with the
-    blocked attention: each step reads the cache only up to the furthest row's position."""
-    s = cache[0].shape[3]
-    block = key_block(s, DECODE_BLOCK)
-    cos, sin = decoder.rope_tables(jnp.asarray(decoder.rope_inv_freq(cfg)), positions[:, None])
-    x = decoder.embed(cfg, params, tokens[:, None])
-    cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
-    rows = jnp.arange(tokens.shape[0])
-
-    def body(carry, layer):
-        x, k_cache, v_cache = carry
-        p, i = layer
-        q, k, v = decoder.qkv(cfg, p, x, cos, sin)
-        k_cache = k_cache.at[i, rows, :, positions].set(
-            k[:, :, 0].astype(k_cache.dtype), mode="drop"
-        )
-        v_cache = v_cache.at[i, rows, :, positions].set(
-            v[:, :, 0].astype(v_cache.dtype), mode="drop"
-        )
-        heads = attend_cache(q, k_cache, v_cache, i, positions[:, None], block)
-        return (decoder.finish_block(cfg, p, x, heads), k_cache, v_cache), None
-
-    layers = (decoder.layer_params(params), jnp.arange(cfg.num_layers))
-    (x, *new_cache), _ = decoder.run_layers(body, (x, *cache), layers, DEFAULT_OPTIONS)
-    return decoder.unembed(cfg, params, x[:, 0]), tuple(new_cache)
+    blocked attention: :func:`extend` of one new token per row, with decode's key tile."""
+    ones = jnp.ones_like(positions)
+    return extend(cfg, params, tokens[:, None], positions, ones, cache, DECODE_BLOCK)
 
 
 DECODE_BLOCK = 1024  # key tile of a decode step (one query per row: big tiles, few trips)
@@ -150,11 +121,12 @@ def extend(
     starts: jax.Array,
     lengths: jax.Array,
     cache: KVCache,
+    block_cap: int = EXTEND_BLOCK,
 ) -> tuple[jax.Array, KVCache]:
     """New tokens (B, S) after ``starts`` (B,) cached ones -> (logits at each row's last
     new token (B, V), the cache with the new tokens' keys and values)."""
     b, s = tokens.shape
-    block = key_block(cache[0].shape[3], EXTEND_BLOCK)
+    block = key_block(cache[0].shape[3], block_cap)
     pos_bs = starts[:, None] + jnp.arange(s)[None]
     cos, sin = decoder.rope_tables(jnp.asarray(decoder.rope_inv_freq(cfg)), pos_bs)
     x = decoder.embed(cfg, params, tokens)

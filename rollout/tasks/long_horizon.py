@@ -47,11 +47,6 @@ MIN_STEPS, MAX_STEPS = 10, 50  # gold-path actions (the answer not counted)
 SUM_TOLERANCE = 0.005  # relative
 
 
-def family_of(name: str) -> str | None:
-    base = name.split("+")[0]
-    return next((f for f, ts in FAMILIES.items() if base in ts), None)
-
-
 def _pick(key: str, lo: int, hi: int) -> int:
     """A stable pseudo-random integer in [lo, hi]."""
     return lo + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % (hi - lo + 1)
