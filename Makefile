@@ -12,7 +12,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc
+DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc tinyproxy microsocks
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -21,7 +21,8 @@ PYTEST_ARGS ?=
 setup: system-packages $(STAMP)
 
 # Debian packages the project needs: a headless Chromium for the browser modes and
-# the Python documentation, which the local web serves as one of its sites.
+# the Python documentation, which the local web serves as one of its sites; tinyproxy and
+# microsocks, real http and socks5 proxies the proxy-pool tests start on loopback.
 system-packages:
 	@missing=""; \
 	for p in $(DEBIAN_PACKAGES); do \

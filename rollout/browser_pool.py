@@ -104,6 +104,7 @@ class BrowserPool:
         self._launch_lock = asyncio.Lock()
         self._closed = False
         self.stats = {"launched": 0, "recycled": 0, "lost": 0, "leases": 0}
+        self.egress = None  # the egress proxy its browsers go out through, when one is set
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import itertools
 import random
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import aiohttp
 
 from rollout.buffer import TrajectoryBuffer
-from rollout.env import make_env
+from rollout.env import episode_lease, make_env
 from rollout.episode import Context, Limits, run_episode, run_episode_turns
 from rollout.inference import InferenceClient, Sampling
 from rollout.policies import NoisyOraclePolicy, OraclePolicy, oracle_options
@@ -139,9 +138,8 @@ class RolloutEngine:
         mode = self.cfg.env.mode
         episode_id = f"{group_id}-{i}-{attempt}".replace("/", "_")
         async with self._episodes:
-            lease_cm = self.pool.context() if self.pool is not None else contextlib.nullcontext()
             try:
-                async with lease_cm as lease:
+                async with episode_lease(self.pool, episode_id) as lease:
                     env = make_env(
                         mode, self.web_url, self.cfg.env, self.cfg.search, session=self.session,
                         lease=lease, run_dir=self.run_dir, episode_id=episode_id,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -27,7 +26,7 @@ from pathlib import Path
 import aiohttp
 
 from rollout.browser_pool import BrowserLost
-from rollout.env import browsers_for, make_env
+from rollout.env import browsers_for, episode_lease, make_env
 from rollout.env.core import InfraError
 from rollout.policies import OraclePolicy, oracle_options
 from rollout.procs import web_for
@@ -37,9 +36,8 @@ from shared.config import RunConfig, add_config_args, config_from_args
 async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, index) -> dict:
     """One episode (the oracle's, or the model's through the inference client); returns its
     outcome (reward, steps, status, step times)."""
-    lease_cm = pool.context() if pool is not None else contextlib.nullcontext()
     try:
-        async with lease_cm as lease:
+        async with episode_lease(pool, f"{index:05d}-{task['id']}") as lease:
             env = make_env(
                 mode, web_url, cfg.env, cfg.search, session=session, lease=lease,
                 run_dir=out, episode_id=f"{index:05d}-{task['id']}",

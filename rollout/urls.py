@@ -33,7 +33,18 @@ that the host checked here is the host a browser would contact:
 Allowlist entries are host names or addresses, optionally with a port:
 ``"localhost"`` allows any port, ``"127.0.0.1:8900"`` only port 8900 (a URL
 without a port has its scheme's default, 80 or 443), ``"[::1]:8900"`` or ``"::1"``
-for IPv6, and ``"*.example.org"`` any subdomain of example.org (not the apex).
+for IPv6; ``"*.example.org"`` is a pattern for any subdomain of example.org (not
+the apex), and ``"public"`` admits any host, name or address.
+
+Whatever the entries, an address that is not public (see :func:`non_public_kind`:
+loopback, private, link-local including the cloud metadata address, unspecified,
+carrier-grade NAT, multicast, reserved, documentation and benchmarking ranges, and
+the IPv6 forms that embed such an IPv4 address) is only reached when the host as
+written in the URL matches an *exact* entry (a name or address listed as such, e.g.
+``127.0.0.1:8900`` or ``localhost``); a pattern or ``public`` never admits one.
+:func:`check_url` applies this to IP-literal hosts and to ``localhost`` names; a
+host name's addresses are only known after resolution, where
+:meth:`UrlPolicy.admits_address` applies it (see :mod:`rollout.resolver`).
 """
 
 from __future__ import annotations
@@ -54,6 +65,35 @@ _IDNA_DEVIATIONS = frozenset("\u00df\u03c2\u200c\u200d")
 _RELATIVE_STARTS = ("/", "./", "../", "?", "#")
 _DECIMAL = re.compile(r"[0-9]+")
 _HEX = re.compile(r"0[xX][0-9A-Fa-f]*")
+PUBLIC = "public"  # the allowlist entry admitting any host with a public address
+
+# Addresses that are not public, by kind, first match wins. Python 3.11's ``is_global``
+# misses several of these (multicast, fec0::/10, 3fff::/20), hence the explicit table;
+# an address outside it must also be ``is_global``. IPv6 forms embedding an IPv4 address
+# (mapped, compatible, 6to4, NAT64) are judged by the IPv4 address too.
+_NON_PUBLIC_RANGES = {
+    "a loopback address": ["127.0.0.0/8", "::1/128"],
+    "an unspecified address": ["0.0.0.0/8", "::/128"],
+    "a link-local address": ["169.254.0.0/16", "fe80::/10"],
+    "a private address": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7",
+                          "64:ff9b:1::/48"],  # the last: local-use NAT64 (RFC 8215)
+    "a carrier-grade NAT address": ["100.64.0.0/10"],
+    "a multicast address": ["224.0.0.0/4", "ff00::/8"],
+    "a documentation or benchmarking address": ["192.0.2.0/24", "198.51.100.0/24",
+                                                "203.0.113.0/24", "198.18.0.0/15",
+                                                "2001:db8::/32", "2001:2::/48", "3fff::/20"],
+    "a reserved address": ["240.0.0.0/4", "192.0.0.0/24", "fec0::/10", "100::/64", "2001::/23",
+                           "5f00::/16"],
+}  # fmt: skip
+_NON_PUBLIC = tuple(
+    (kind, tuple(ipaddress.ip_network(n) for n in nets))
+    for kind, nets in _NON_PUBLIC_RANGES.items()
+)
+_METADATA = frozenset({"169.254.169.254", "fd00:ec2::254"})  # cloud instance metadata
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 
 
 class UrlRefused(ValueError):
@@ -67,14 +107,16 @@ class UrlRefused(ValueError):
 
 @dataclass(frozen=True)
 class _HostRule:
-    host: str  # normalised host; for a wildcard, the suffix without "*."
+    host: str  # normalised host; for a wildcard, the suffix without "*."; "" for public
     port: int | None  # None: any port
-    wildcard: bool
+    kind: str  # "exact", "wildcard" or "public"
 
     def matches(self, host: str, port: int) -> bool:
         if self.port is not None and self.port != port:
             return False
-        if self.wildcard:
+        if self.kind == "public":
+            return True
+        if self.kind == "wildcard":
             return host.endswith("." + self.host)
         return host == self.host
 
@@ -95,8 +137,35 @@ class UrlPolicy:
         object.__setattr__(self, "_rules", rules)
 
     def allows_host(self, host: str, port: int) -> bool:
-        """Whether a normalised host and effective port are on the allowlist."""
+        """Whether a normalised host and effective port are on the allowlist (by name only)."""
         return any(rule.matches(host, port) for rule in self._rules)
+
+    def lists_exactly(self, host: str, port: int) -> bool:
+        """Whether an exact entry (not a pattern, not ``public``) names this host and port."""
+        return any(r.kind == "exact" and r.matches(host, port) for r in self._rules)
+
+    def admits_address(self, host: str, port: int, address: str) -> str | None:
+        """None if a connection to ``address`` for the URL host ``host`` is allowed, else why not.
+
+        ``host`` is the normalised host of the URL (as :func:`normalise_host` gives it,
+        IPv6 without brackets) and ``port`` its effective port; ``address`` is the
+        address the connection would go to (a resolver's answer, or ``host`` itself).
+        """
+        where = host if ":" not in host else f"[{host}]"
+        if not self.allows_host(host, port):
+            return f"the host {where}:{port} is not allowed; allowed: {self.hosts_text()}"
+        if self.lists_exactly(host, port):
+            return None
+        try:
+            ip = ipaddress.ip_address(address.partition("%")[0])  # drop an IPv6 zone
+        except ValueError:
+            return f"{where} resolves to {address!r}, which is not an IP address"
+        kind = non_public_kind(ip)
+        if kind is None:
+            return None
+        if ip.compressed == host:
+            return f"{ip.compressed} is {kind}, which is not allowed"
+        return f"{where} resolves to {ip.compressed}, {kind}, which is not allowed"
 
     def hosts_text(self, limit: int = 10) -> str:
         shown = ", ".join(self.allowed_hosts[:limit])
@@ -136,6 +205,7 @@ def check_url(url: str, policy: UrlPolicy, base: str | None = None) -> str:
     if not policy.allows_host(host, effective):
         where = display if port is None else f"{display}:{port}"
         raise UrlRefused(url, f"the host {where} is not allowed; allowed: {policy.hosts_text()}")
+    _check_known_address(url, policy, host, effective)
     port_text = "" if port is None or port == DEFAULT_PORTS[scheme] else f":{port}"
     return f"{scheme}://{display}{port_text}{tail if tail.startswith('/') else '/' + tail}"
 
@@ -147,6 +217,53 @@ def is_allowed(url: str, policy: UrlPolicy, base: str | None = None) -> bool:
     except UrlRefused:
         return False
     return True
+
+
+def non_public_kind(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """What kind of non-public address this is ("a loopback address", ...), or None if public.
+
+    Public means globally reachable: outside every range in ``_NON_PUBLIC`` and
+    ``is_global``; an IPv6 address embedding an IPv4 one (``::ffff:10.0.0.1``,
+    ``::a00:1``, ``64:ff9b::a00:1``, ``2002:a00:1::``) must pass for both.
+    """
+    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+    for kind, networks in _NON_PUBLIC:
+        if any(ip in net for net in networks if net.version == ip.version):
+            if ip.compressed in _METADATA:
+                return f"{kind} (the cloud metadata address)"
+            return kind
+    embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+    if embedded is not None:
+        kind = non_public_kind(embedded)
+        if kind is not None:
+            return f"{kind} in IPv6 form"
+    elif not ip.is_global:
+        return "not a public address"
+    return None
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address inside an IPv4-mapped, -compatible, 6to4 or NAT64 IPv6 address."""
+    if ip in _SIX_TO_FOUR:
+        return ip.sixtofour
+    if ip in _MAPPED or ip in _COMPATIBLE or ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def _check_known_address(url: str, policy: UrlPolicy, host: str, port: int) -> None:
+    """Refuse an IP-literal host, or a ``localhost`` name, that is not public nor listed exactly."""
+    if policy.lists_exactly(host, port):
+        return
+    if host == "localhost" or host.endswith(".localhost"):  # loopback by definition (RFC 6761)
+        raise UrlRefused(url, f"{host} is a loopback name, which is not allowed")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return  # a name: judged by its addresses once resolved
+    reason = policy.admits_address(host, port, host)
+    if reason is not None:
+        raise UrlRefused(url, reason)
 
 
 def _resolve_relative(url: str, text: str, policy: UrlPolicy, base: str | None) -> str:
@@ -273,10 +390,12 @@ def _ipv4_part(url: str, label: str) -> int:
 
 
 def _parse_rule(entry: str) -> _HostRule:
-    """An allowlist entry: ``host``, ``host:port``, ``[v6]:port``, ``v6``, ``*.domain[:port]``."""
+    """An entry: ``host``, ``host:port``, ``[v6]:port``, ``v6``, ``*.domain[:port]``, ``public``."""
     if not isinstance(entry, str) or not entry.strip():
         raise ValueError(f"allowed_hosts: {entry!r} is not a host name")
     text = entry.strip().lower()
+    if text == PUBLIC:
+        return _HostRule("", None, "public")
     wildcard = text.startswith("*.")
     if wildcard:
         text = text[2:]
@@ -286,4 +405,4 @@ def _parse_rule(entry: str) -> _HostRule:
         host, _, port = _parse_authority(entry, text, "http")
     except UrlRefused as e:
         raise ValueError(f"allowed_hosts: {entry!r}: {e.reason}") from None
-    return _HostRule(host, port, wildcard)
+    return _HostRule(host, port, "wildcard" if wildcard else "exact")

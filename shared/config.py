@@ -64,12 +64,32 @@ class WebConfig:
 class SearchConfig:
     """The search backend the api mode calls."""
 
+    backend: Literal["local", "searxng", "serper", "brave", "tavily"] = option(
+        "local",
+        "Search provider: `local`, an endpoint speaking the local web's JSON (the local web "
+        "itself by default); `searxng`, a self-hosted SearXNG's JSON API; `serper` (Google "
+        "results), `brave` (Brave Search API) or `tavily`, hosted APIs that need a key.",
+    )
     url: str | None = option(
-        None, "A search endpoint returning the local web's JSON; unset uses the local web."
+        None,
+        "The backend's endpoint: for `local` an endpoint returning the local web's JSON (unset: "
+        "the local web's); for `searxng` the instance's base URL (required); for the hosted "
+        "APIs an override of their documented endpoint.",
+    )
+    api_key_env: str | None = option(
+        None,
+        "Environment variable holding the hosted API's key; unset: SERPER_API_KEY, "
+        "BRAVE_API_KEY or TAVILY_API_KEY. The key itself never goes in a config file.",
     )
     top_k: int = option(10, "Results per search.", ge=1, le=100)
     timeout_s: float = option(5.0, "Timeout of one search request.", gt=0)
-    retries: int = option(2, "Retries of a failed search request.", ge=0, le=10)
+    retries: int = option(
+        2, "Retries of a failed search request (connection errors, 429, 5xx), with backoff.",
+        ge=0, le=10,
+    )  # fmt: skip
+    rate_limit_per_s: float = option(
+        0.0, "Most search requests per second this process sends the backend; 0: no limit.", ge=0
+    )
 
 
 @dataclass(frozen=True)
@@ -91,8 +111,50 @@ class EnvConfig:
     )
     allowed_hosts: tuple[str, ...] = option(
         (),
-        "Hosts an agent may visit besides the web itself (host, host:port or *.domain); "
-        "the scheme must be http or https.",
+        "Hosts an agent may visit besides the web itself: host, host:port, a pattern "
+        "(*.wikipedia.org) or `public` (any public host); the scheme must be http or https. "
+        "Loopback, private, link-local and other non-public addresses (after DNS resolution) "
+        "are refused unless their host is listed exactly.",
+    )
+    page_reader: Literal["markdown", "trafilatura"] = option(
+        "markdown",
+        "How api mode reads an HTML page: `markdown`, the page's main region as Markdown; "
+        "`trafilatura`, main-content extraction (drops navigation, ads and boilerplate).",
+    )
+    max_page_bytes: int = option(
+        5 << 20, "Largest page (HTML, PDF or text) api mode reads; larger ones are refused.",
+        ge=1024,
+    )  # fmt: skip
+    user_agent: str = option(
+        "DeepResearchHarness/0.1 (research agent)",
+        "User-Agent of api-mode fetches, robots.txt matching and the browsers' contexts.",
+    )
+    robots_txt: Literal["auto", "on", "off"] = option(
+        "auto",
+        "Honour robots.txt: `auto`, on every host but the local web's own; `on`, everywhere; "
+        "`off`, nowhere.",
+    )
+    host_concurrency: int = option(
+        0, "Requests in flight to one host at once, across all episodes of a sidecar; 0: no cap.",
+        ge=0,
+    )  # fmt: skip
+    host_interval_s: float = option(
+        0.0,
+        "Least time between the starts of two requests to one host, across all episodes of a "
+        "sidecar; 0: none.",
+        ge=0,
+    )
+    proxies: tuple[str, ...] = option(
+        (),
+        "Upstream proxies (http://host:port or socks5://host:port, credentials allowed): each "
+        "episode's fetches and browser go out through one, sticky per episode, rotated across "
+        "episodes; empty: direct.",
+    )
+    proxy_cooldown_s: float = option(
+        60.0,
+        "How long an upstream that failed to connect or answered with a ban (403, 429, a "
+        "CAPTCHA page) is benched before it is used again.",
+        gt=0,
     )
     screenshots: bool = option(False, "Attach a screenshot to som observations.")
     observation: Literal["text", "axtree"] = option(

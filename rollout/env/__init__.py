@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from rollout.browser_pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
-from rollout.egress import EgressProxy
+from rollout.egress import EgressProxy, GateRefused
 from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
 from rollout.env.observation import Observation, render
-from rollout.search_client import SearchClient
-from rollout.urls import UrlPolicy
+from rollout.net import Net, RobotsRefused, net_for, policy_for
+from rollout.resolver import AddressRefused
+from rollout.search_client import make_search_client
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
 __all__ = [
@@ -25,20 +26,12 @@ __all__ = [
     "ToolError",
     "browser_pool",
     "browsers_for",
+    "episode_lease",
     "make_env",
+    "net_for",
     "policy_for",
     "render",
 ]
-
-
-def policy_for(web_url: str, env: EnvConfig) -> UrlPolicy:
-    """The allowlist: the web's own host and port, plus the configured extra hosts."""
-    netloc = urlsplit(web_url).netloc
-    return UrlPolicy(allowed_hosts=(netloc, *env.allowed_hosts))
-
-
-def search_endpoint(web_url: str, search: SearchConfig) -> str:
-    return search.url or f"{web_url.rstrip('/')}/api/search"
 
 
 def make_env(
@@ -52,11 +45,15 @@ def make_env(
     run_dir: str | Path | None = None,
     episode_id: str | None = None,
     verifier=None,
+    net: Net | None = None,
 ) -> Environment:
     """An environment for one episode. api mode needs ``session`` (for search; ``search``
     configures it, ``SearchConfig()`` when None); the browser modes need ``lease`` (a
-    context from a :class:`BrowserPool`) and no search config."""
-    policy = policy_for(web_url, env)
+    context from a :class:`BrowserPool`, :func:`episode_lease`) and no search config.
+    ``net`` is what the process's episodes share to reach the web (:func:`net_for` by
+    default)."""
+    net = net if net is not None else net_for(web_url, env)
+    policy = net.policy
     limits = EpisodeLimits(env.max_steps, env.action_timeout_s, env.observation_chars)
     if mode == "api":
         if session is None:
@@ -64,11 +61,11 @@ def make_env(
         from rollout.env.api import ApiBackend
 
         search = search if search is not None else SearchConfig()
-        client = SearchClient(
-            search_endpoint(web_url, search), session,
-            top_k=search.top_k, timeout_s=search.timeout_s, retries=search.retries,
+        client = make_search_client(search, web_url, session)
+        backend = ApiBackend(
+            client, net, episode=episode_id or "episode", timeout_s=env.action_timeout_s,
+            reader=env.page_reader, max_page_bytes=env.max_page_bytes,
         )  # fmt: skip
-        backend = ApiBackend(client, policy, timeout_s=env.action_timeout_s)
     elif mode in ("playwright", "som"):
         if lease is None:
             raise ValueError(f"{mode} mode needs a browser lease (BrowserPool.context())")
@@ -91,18 +88,27 @@ def make_env(
     )  # fmt: skip
 
 
-def browsers_for(mode: str, web_url: str, env: EnvConfig, rollout: RolloutConfig):
+def browsers_for(
+    mode: str, web_url: str, env: EnvConfig, rollout: RolloutConfig, net: Net | None = None
+):
     """The browser pool the mode needs (none for api mode), as an async context manager."""
     if mode == "api":
         return contextlib.nullcontext()
-    return browser_pool(web_url, env, rollout)
+    return browser_pool(web_url, env, rollout, net)
 
 
 @contextlib.asynccontextmanager
-async def browser_pool(web_url: str, env: EnvConfig, rollout: RolloutConfig):
-    """The egress proxy (the allowlist, enforced for every request) and a browser pool
-    whose browsers reach the network only through it; both closed on exit."""
-    proxy = EgressProxy(policy_for(web_url, env))
+async def browser_pool(
+    web_url: str, env: EnvConfig, rollout: RolloutConfig, net: Net | None = None
+):
+    """The egress proxy (the allowlist, the address rule, politeness and the upstream proxies,
+    enforced for every request) and a browser pool whose browsers reach the network only
+    through it; both closed on exit. ``net``: :func:`net_for` by default."""
+    net = net if net is not None else net_for(web_url, env)
+    proxy = EgressProxy(
+        net.policy, proxies=net.proxies, resolver=net.resolver, user_agent=net.user_agent,
+        gate=_egress_gate(net),
+    )  # fmt: skip
     await proxy.start()
     pool = BrowserPool(
         PoolConfig(
@@ -113,9 +119,52 @@ async def browser_pool(web_url: str, env: EnvConfig, rollout: RolloutConfig):
             args=(*DEFAULT_ARGS, *proxy.browser_args),
         )
     )
+    pool.egress = proxy  # episode_lease opens each episode's channel on it
     try:
         await pool.start()
         yield pool
     finally:
         await pool.close()
         await proxy.close()
+
+
+def _egress_gate(net: Net):
+    """The egress proxy's gate: the address rule, robots.txt and the politeness slot; a
+    refusal is shown to the agent as such."""
+
+    @contextlib.asynccontextmanager
+    async def gate(url: str):
+        try:
+            await net.check_host(url)  # an upstream proxy would resolve it unchecked
+            await net.robots_check(url)
+        except RobotsRefused as e:
+            raise GateRefused(str(e)) from None
+        except AddressRefused as e:
+            raise GateRefused(e.reason) from None
+        except OSError as e:  # the name does not resolve
+            raise GateRefused(f"the host cannot be resolved: {e}") from None
+        async with net.limiter.slot(url):
+            yield
+
+    return gate
+
+
+@contextlib.asynccontextmanager
+async def episode_lease(pool: BrowserPool | None, episode_id: str) -> AsyncIterator[Lease | None]:
+    """A browser context for one episode (None without a pool: api mode). With upstream
+    proxies the context goes out through its own egress channel, so the episode keeps
+    one upstream; without, through the egress proxy's shared port as always."""
+    if pool is None:
+        yield None
+        return
+    egress: EgressProxy | None = getattr(pool, "egress", None)
+    if egress is None or egress.proxies is None:
+        async with pool.context() as lease:
+            yield lease
+        return
+    options = await egress.open_channel(episode_id)
+    try:
+        async with pool.context(**options) as lease:
+            yield lease
+    finally:
+        await egress.close_channel(episode_id)

@@ -1,76 +1,66 @@
-"""The api mode's backend: ``search`` calls the search API, ``visit`` fetches a page over
-HTTP and turns its HTML into Markdown (markdownify). No browser: JavaScript never
-runs, so content a page renders with JavaScript is not seen here; an element that a
-script fills from a ``data-src`` URL gets a link to that source, which ``visit`` reads.
+"""The api mode's backend: ``search`` calls the search backend, ``visit`` fetches a page over
+HTTP and reads it (:mod:`rollout.env.reader`: HTML as Markdown or by main-content
+extraction, PDFs as text, any charset). No browser: JavaScript never runs, so content a
+page renders with JavaScript is not seen here; an element that a script fills from a
+``data-src`` URL gets a link to that source, which ``visit`` reads.
 
-Each episode has its own HTTP session and cookie jar. Redirects are followed by
-hand, each target checked against the URL allowlist, so a redirect cannot take
-the agent somewhere it could not go itself.
+Each episode has its own cookie jar. Every fetch goes by the process's
+:class:`~rollout.net.Net`: robots.txt, a politeness slot for its host, the address
+rule after DNS resolution, and the episode's upstream proxy when there are any.
+Redirects are followed by hand, each target checked against the URL allowlist (and
+each hop's address and robots.txt again), so a redirect cannot take the agent
+somewhere it could not go itself.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
+import functools
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-from bs4 import BeautifulSoup
-from markdownify import markdownify
 
 from rollout.actions import Action, Search, Visit
-from rollout.env.core import ToolError
+from rollout.env.core import InfraError, ToolError
 from rollout.env.observation import Observation
-from rollout.search_client import SearchClient, SearchError, read_limited
-from rollout.urls import UrlPolicy, UrlRefused, check_url
+from rollout.env.reader import Reader, Unreadable, html_to_markdown, read_page
+from rollout.net import Net, RobotsRefused
+from rollout.proxies import DIRECT, Fetched, NoUpstream, Upstream, fetch_via
+from rollout.resolver import AddressRefused, describe_refusal
+from rollout.search_client import SearchClient, SearchError
+from rollout.urls import UrlRefused, check_url
+
+__all__ = ["ApiBackend", "html_to_markdown"]
 
 MAX_PAGE_BYTES = 5 << 20
 MAX_REDIRECTS = 5
-_BLANK_LINES = re.compile(r"\n{3,}")
-
-
-_ANCHOR = "\ue000anchor\ue000"
-
-
-def html_to_markdown(html: str, fragment: str | None = None) -> tuple[str | None, str]:
-    """(title, Markdown of the page's main region, or of its body when it has none).
-
-    With a ``fragment`` naming an element id on the page, the text starts at that
-    element, as a browser scrolls to it: long pages are read section by section.
-    """
-    soup = BeautifulSoup(html, "html.parser")
-    for tag in soup(["script", "style", "noscript", "template"]):
-        tag.decompose()
-    title = soup.title.get_text(" ", strip=True) if soup.title else None
-    for el in soup.find_all(attrs={"data-src": True}):  # filled by JavaScript from a source:
-        link = soup.new_tag("a", href=el["data-src"])  # here, a link to read it by
-        link.string = "loaded by JavaScript from this source"
-        para = soup.new_tag("p")
-        para.append(link)
-        el.append(para)
-    main = soup.find("main") or soup.find(attrs={"role": "main"}) or soup.body or soup
-    target = (
-        (soup.find(id=fragment) or soup.find("a", attrs={"name": fragment})) if fragment else None
-    )
-    if target is not None:
-        target.insert(0, _ANCHOR)
-        if main is not soup and _ANCHOR not in str(main):
-            main = soup.body or soup  # the anchor lies outside the main region
-    text = markdownify(
-        str(main), heading_style="ATX", bullets="-",
-        escape_underscores=False, escape_asterisks=False, escape_misc=False,
-    )  # fmt: skip
-    if target is not None and _ANCHOR in text:
-        text = text[text.index(_ANCHOR) + len(_ANCHOR) :]
-    return title, _BLANK_LINES.sub("\n\n", text).strip()
 
 
 class ApiBackend:
-    def __init__(self, search: SearchClient, policy: UrlPolicy, *, timeout_s: float = 10.0):
+    """api mode's actions for one episode. ``net`` is what the process's episodes share (the
+    allowlist, the safe resolver, politeness and the proxy pool); ``episode`` names this
+    one to the pool, so its fetches keep one upstream."""
+
+    def __init__(
+        self,
+        search: SearchClient,
+        net: Net,
+        *,
+        episode: str = "episode",
+        timeout_s: float = 10.0,
+        reader: Reader = "markdown",
+        max_page_bytes: int = MAX_PAGE_BYTES,
+    ):
         self.search_client = search
-        self.policy = policy
+        self.net = net
+        self.policy = net.policy
+        self.episode = episode
+        self.reader = reader
+        self.max_page_bytes = max_page_bytes
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         # One cookie jar per episode: cookies persist within it and never leak across.
-        self.session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+        self.cookies = aiohttp.CookieJar(unsafe=True)
+        self._sessions: dict[str, aiohttp.ClientSession] = {}  # per upstream (or direct)
         self._url: str | None = None
 
     @property
@@ -108,41 +98,89 @@ class ApiBackend:
     async def _visit(self, url: str) -> Observation:
         try:
             return await self._fetch(url)
+        except NoUpstream as e:  # every proxy is benched: not the agent's doing
+            raise InfraError(str(e)) from None
         except aiohttp.ClientError as e:
+            refused = describe_refusal(e)
+            if refused is not None:
+                raise ToolError(f"{url} is not an allowed site: {refused}") from None
             raise ToolError(f"could not fetch {url}: {type(e).__name__}: {e}") from None
+
+    def _session_for(self, upstream: Upstream) -> aiohttp.ClientSession:
+        """The episode's session through ``upstream`` (all share the episode's cookies)."""
+        session = self._sessions.get(upstream.name)
+        if session is None:
+            if upstream is DIRECT:
+                session = self.net.session(cookie_jar=self.cookies)
+            else:
+                session = aiohttp.ClientSession(
+                    connector=self.net.proxies.connector(upstream), connector_owner=False,
+                    cookie_jar=self.cookies, headers={"User-Agent": self.net.user_agent},
+                )  # fmt: skip
+            self._sessions[upstream.name] = session
+        return session
+
+    async def _get(self, url: str) -> Fetched:
+        """One GET under the egress rules: the address rule (resolved and checked here first,
+        since an upstream proxy resolves names itself; the direct connection checks again
+        what it connects to), robots.txt, a politeness slot, then the request through the
+        episode's upstream."""
+        try:
+            await self.net.check_host(url)
+            await self.net.robots_check(url)
+        except RobotsRefused as e:
+            raise ToolError(f"{url} is off limits: {e}") from None
+        except AddressRefused as e:
+            raise ToolError(f"{url} is not an allowed site: {e.reason}") from None
+        except OSError as e:  # the name does not resolve
+            raise ToolError(f"could not fetch {url}: {e}") from None
+        async with self.net.limiter.slot(url):
+            return await fetch_via(
+                self.net.proxies, self.episode, "GET", url, session_for=self._session_for,
+                max_bytes=self.max_page_bytes, allow_redirects=False, timeout=self.timeout,
+            )  # fmt: skip
 
     async def _fetch(self, url: str) -> Observation:
         for _ in range(MAX_REDIRECTS + 1):
-            async with self.session.get(url, allow_redirects=False, timeout=self.timeout) as r:
-                if r.status in (301, 302, 303, 307, 308) and "Location" in r.headers:
-                    target = urljoin(url, r.headers["Location"])
-                    try:
-                        url = check_url(target, self.policy)
-                    except UrlRefused as e:
-                        raise ToolError(f"redirect to {target} refused: {e.reason}") from None
-                    continue
-                body = await read_limited(r, MAX_PAGE_BYTES)
-                ctype = r.headers.get("Content-Type", "")
-                status = r.status
+            got = await self._get(url)
+            location = got.headers.get("Location")
+            if got.status in (301, 302, 303, 307, 308) and location:
+                target = urljoin(url, location)
+                try:  # each hop is checked as if the agent had asked for it
+                    url = check_url(target, self.policy)
+                except UrlRefused as e:
+                    raise ToolError(f"redirect to {target} refused: {e.reason}") from None
+                continue
             break
         else:
             raise ToolError(f"too many redirects (more than {MAX_REDIRECTS})")
         self._url = url
-        if len(body) > MAX_PAGE_BYTES:
-            raise ToolError(f"the page is larger than {MAX_PAGE_BYTES >> 20} MB")
-        text = body.decode("utf-8", errors="replace")
-        if "html" in ctype:
-            title, text = html_to_markdown(text, urlsplit(url).fragment or None)
-        elif "json" in ctype or ctype.startswith("text/"):
-            title = None
-        else:
-            raise ToolError(f"cannot read a page of type {ctype or 'unknown'}")
-        error = f"HTTP {status}" if status >= 400 else None
-        summary = f"HTTP {status}, {title or url}"[:100]
-        return Observation(text, url=url, title=title, error=error, summary=summary, page_text=text)
+        if len(got.body) > self.max_page_bytes:
+            cap = self.max_page_bytes
+            size = f"{cap / (1 << 20):g} MB" if cap >= 1 << 20 else f"{cap / 1024:g} KB"
+            raise ToolError(f"the page is larger than {size}: not read")
+        fragment = urlsplit(url).fragment or None
+        read = functools.partial(
+            read_page, got.body, got.headers.get("Content-Type"), url,
+            reader=self.reader, fragment=fragment,
+        )  # fmt: skip
+        try:  # a large page takes a while to read: not on the event loop
+            page = await asyncio.to_thread(read) if len(got.body) > (256 << 10) else read()
+        except Unreadable as e:
+            raise ToolError(str(e)) from None
+        error = f"HTTP {got.status}" if got.status >= 400 else None
+        summary = f"HTTP {got.status}, {page.title or url}"[:100]
+        return Observation(
+            page.text, url=url, title=page.title, error=error, summary=summary,
+            page_text=page.text,
+        )  # fmt: skip
 
     async def recover(self) -> None:
         pass  # a timed-out request was cancelled with its task: nothing lingers
 
     async def close(self) -> None:
-        await self.session.close()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+        if self.net.proxies is not None:  # its upstream counts one episode fewer
+            self.net.proxies.release(self.episode)

@@ -40,7 +40,7 @@ from rollout.actions import (
     SomType,
 )
 from rollout.browser_pool import Lease
-from rollout.egress import REFUSED_HEADER
+from rollout.egress import NO_UPSTREAM_HEADER, REFUSED_HEADER
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.observation import Observation
 from rollout.env.som_js import (
@@ -84,6 +84,7 @@ class PlaywrightBackend:
         self.observation_chars, self.observation = observation_chars, observation
         self.page: Page | None = None
         self.refused: list[str] = []
+        self.no_upstream = False  # the egress had no upstream proxy left for this episode
         self.dialogs: list[str] = []
         self.inflight = 0
         self.navigations = 0  # main-frame navigations committed (same-document ones too)
@@ -165,6 +166,8 @@ class PlaywrightBackend:
         refused = response.headers.get(REFUSED_HEADER.lower())
         if refused:
             self.refused.append(refused)
+        if response.headers.get(NO_UPSTREAM_HEADER.lower()):
+            self.no_upstream = True
 
     # ------------------------------------------------------------------ actions
 
@@ -185,6 +188,8 @@ class PlaywrightBackend:
                 await self.page.evaluate(_FRAMES_JS)  # (lazy loading) starts by the next frame
             await self._settle()
             obs = await self._observe()
+            if self.no_upstream:  # every upstream proxy is benched: not the agent's doing
+                raise InfraError("no upstream proxy is left to reach the web through")
         except PlaywrightError as e:
             if self.lease.browser_lost:
                 raise InfraError(f"the browser was lost: {_first_line(e)}") from None

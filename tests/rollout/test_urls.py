@@ -2,16 +2,23 @@
 
 import pytest
 
-from rollout.urls import UrlPolicy, UrlRefused, check_url, is_allowed
+from rollout.urls import UrlPolicy, UrlRefused, check_url, is_allowed, non_public_kind
 
-POLICY = UrlPolicy(
-    ("127.0.0.1:8900", "localhost", "example.org", "*.wiki.test", "[::1]:8900", "bücher.de")
+ENTRIES = ("127.0.0.1:8900", "localhost", "example.org", "*.wiki.test", "[::1]:8900", "bücher.de")
+POLICY = UrlPolicy(ENTRIES)
+PATTERNS = UrlPolicy((*ENTRIES, "*.example.org"))  # one more pattern
+OPEN = UrlPolicy((*ENTRIES, "*.example.org", "public"))  # any public host
+
+# The bypass forms must be refused whatever else the list allows.
+every_policy = pytest.mark.parametrize(
+    "policy", [POLICY, PATTERNS, OPEN], ids=["list", "pattern", "public"]
 )
+listed_policies = pytest.mark.parametrize("policy", [POLICY, PATTERNS], ids=["list", "pattern"])
 
 
-def refused(url: str, base: str | None = None) -> str:
+def refused(url: str, base: str | None = None, policy: UrlPolicy = POLICY) -> str:
     with pytest.raises(UrlRefused) as info:
-        check_url(url, POLICY, base)
+        check_url(url, policy, base)
     return info.value.reason
 
 
@@ -32,8 +39,9 @@ def refused(url: str, base: str | None = None) -> str:
         ("http://a.b.wiki.test/", "http://a.b.wiki.test/"),
     ],
 )
-def test_allowed_urls_come_back_normalised(url, expected):
-    assert check_url(url, POLICY) == expected
+@every_policy
+def test_allowed_urls_come_back_normalised(url, expected, policy):
+    assert check_url(url, policy) == expected
 
 
 @pytest.mark.parametrize(
@@ -59,8 +67,9 @@ def test_allowed_urls_come_back_normalised(url, expected):
         ("http://XN--BCHER-KVA.DE/", "http://xn--bcher-kva.de/"),  # punycode, any case
     ],
 )
-def test_tricky_but_allowed_forms(url, expected):
-    assert check_url(url, POLICY) == expected
+@every_policy
+def test_tricky_but_allowed_forms(url, expected, policy):
+    assert check_url(url, policy) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,36 +116,49 @@ def test_relative_urls_resolve_against_the_current_page(url, base, expected):
         ("localhost:8900/x", "localhost"),  # reads as scheme "localhost"
     ],
 )
-def test_every_other_scheme_is_refused(url, scheme):
-    reason = refused(url)
+@every_policy
+def test_every_other_scheme_is_refused(url, scheme, policy):
+    reason = refused(url, policy=policy)
     assert f"scheme {scheme!r} is not allowed" in reason
     assert "http://" in reason  # says what to use instead
 
 
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("http://evil.com/", "evil.com"),
-        ("http://127.0.0.1:9999/", "127.0.0.1:9999"),  # the entry pins port 8900
-        ("http://127.0.0.1/", "127.0.0.1"),  # default port 80 is not 8900
-        ("http://127.0.0.2:8900/", "127.0.0.2:8900"),
-        ("http://[::1]:9999/", "[::1]:9999"),
-        ("http://wiki.test/", "wiki.test"),  # a wildcard does not cover the apex
-        ("http://evilwiki.test/", "evilwiki.test"),
-        ("http://localhost.evil.com/", "localhost.evil.com"),
-        ("http://example.org.evil.com/", "example.org.evil.com"),
-        ("http://evil.com#@localhost", "evil.com"),  # the authority ends at #
-        ("http://evil.com?@localhost/", "evil.com"),  # ... and at ?
-        ("http://evil.com/@localhost", "evil.com"),
-        ("http://%65vil.com/", "evil.com"),  # percent-decoded before the check
-        ("http://ıocalhost/", "xn--ocalhost-skb"),  # dotless i is not l: IDNA-encoded
-        ("http://xn--strae-oqa.de/", "xn--strae-oqa.de"),
-    ],
-)
-def test_hosts_outside_the_list_are_refused_by_name(url, shown):
-    reason = refused(url)
+HOSTS_OUTSIDE = [
+    ("http://evil.com/", "evil.com"),
+    ("http://127.0.0.1:9999/", "127.0.0.1:9999"),  # the entry pins port 8900
+    ("http://127.0.0.1/", "127.0.0.1"),  # default port 80 is not 8900
+    ("http://127.0.0.2:8900/", "127.0.0.2:8900"),
+    ("http://[::1]:9999/", "[::1]:9999"),
+    ("http://wiki.test/", "wiki.test"),  # a wildcard does not cover the apex
+    ("http://evilwiki.test/", "evilwiki.test"),
+    ("http://localhost.evil.com/", "localhost.evil.com"),
+    ("http://example.org.evil.com/", "example.org.evil.com"),
+    ("http://evil.com#@localhost", "evil.com"),  # the authority ends at #
+    ("http://evil.com?@localhost/", "evil.com"),  # ... and at ?
+    ("http://evil.com/@localhost", "evil.com"),
+    ("http://%65vil.com/", "evil.com"),  # percent-decoded before the check
+    ("http://ıocalhost/", "xn--ocalhost-skb"),  # dotless i is not l: IDNA-encoded
+    ("http://xn--strae-oqa.de/", "xn--strae-oqa.de"),
+]
+
+
+@pytest.mark.parametrize(("url", "shown"), HOSTS_OUTSIDE)
+@listed_policies
+def test_hosts_outside_the_list_are_refused_by_name(url, shown, policy):
+    reason = refused(url, policy=policy)
     assert f"the host {shown} is not allowed" in reason
     assert "localhost" in reason  # the allowed hosts are listed
+
+
+@pytest.mark.parametrize(("url", "shown"), HOSTS_OUTSIDE)
+def test_with_public_the_host_contacted_is_the_host_checked(url, shown):
+    """``public`` admits these names, but only as the host shown; loopback ones stay refused."""
+    try:
+        normalised = check_url(url, OPEN)
+    except UrlRefused as e:
+        assert "loopback address, which is not allowed" in e.reason
+        return
+    assert normalised.split("/")[2] == shown
 
 
 @pytest.mark.parametrize(
@@ -180,14 +202,17 @@ def test_hosts_outside_the_list_are_refused_by_name(url, shown):
         ("http://localhost/" + "a" * 5000, "longer than"),
     ],
 )
-def test_tricky_forms_are_refused_with_a_reason(url, words):
-    assert words in refused(url)
+@every_policy
+def test_tricky_forms_are_refused_with_a_reason(url, words, policy):
+    assert words in refused(url, policy=policy)
 
 
-def test_relative_urls_inherit_the_checks_of_the_resolved_url():
-    assert "evil.com" in refused("/x", base="http://evil.com/")
-    assert "cannot be resolved" in refused("/x", base="about:blank")
-    assert "no scheme" in refused("//evil.com/x", base="http://localhost/")
+@listed_policies
+def test_relative_urls_inherit_the_checks_of_the_resolved_url(policy):
+    assert "evil.com" in refused("/x", base="http://evil.com/", policy=policy)
+    assert "cannot be resolved" in refused("/x", base="about:blank", policy=policy)
+    assert "no scheme" in refused("//evil.com/x", base="http://localhost/", policy=policy)
+    assert "loopback" in refused("/x", base="http://127.0.0.2/", policy=OPEN)
 
 
 def test_is_allowed_mirrors_check_url():
@@ -230,3 +255,107 @@ def test_allowlist_entries_are_normalised_like_urls():
     assert is_allowed("http://[::1]:7/", policy)  # a bare IPv6 entry allows any port
     assert is_allowed("http://xn--bcher-kva.de:8080/", policy)
     assert not is_allowed("http://xn--bcher-kva.de/", policy)  # port 80 is not 8080
+
+
+# ----------------------------------------------------------------------------- addresses
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("127.255.0.9", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("10.1.2.3", "a private address"),
+        ("172.16.0.1", "a private address"),
+        ("172.31.255.255", "a private address"),
+        ("192.168.1.1", "a private address"),
+        ("fc00::1", "a private address"),
+        ("fd12::1", "a private address"),
+        ("64:ff9b:1::1", "a private address"),  # local-use NAT64
+        ("169.254.1.1", "a link-local address"),
+        ("169.254.169.254", "a link-local address (the cloud metadata address)"),
+        ("fe80::1", "a link-local address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("0.1.2.3", "an unspecified address"),  # 0/8, "this network"
+        ("::", "an unspecified address"),
+        ("100.64.0.1", "a carrier-grade NAT address"),
+        ("224.0.0.1", "a multicast address"),  # 3.11's is_global calls this global
+        ("ff02::1", "a multicast address"),
+        ("240.0.0.1", "a reserved address"),
+        ("255.255.255.255", "a reserved address"),
+        ("fec0::1", "a reserved address"),  # 3.11's is_global calls this global
+        ("192.0.2.1", "a documentation or benchmarking address"),
+        ("198.18.0.1", "a documentation or benchmarking address"),
+        ("2001:db8::1", "a documentation or benchmarking address"),
+        ("3fff::1", "a documentation or benchmarking address"),  # 3.11's is_global misses it
+        ("::ffff:127.0.0.1", "a loopback address in IPv6 form"),  # IPv4-mapped
+        ("::ffff:10.0.0.1", "a private address in IPv6 form"),
+        ("::a00:1", "a private address in IPv6 form"),  # IPv4-compatible (deprecated)
+        ("64:ff9b::a00:1", "a private address in IPv6 form"),  # NAT64
+        ("64:ff9b::a9fe:a9fe", "a link-local address (the cloud metadata address) in IPv6 form"),
+        ("2002:a00:1::", "a private address in IPv6 form"),  # 6to4 of 10.0.0.1
+        ("2002:7f00:1::", "a loopback address in IPv6 form"),
+    ],
+)
+def test_non_public_addresses_are_named_by_kind(address, kind):
+    assert non_public_kind(address) == kind
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["93.184.215.14", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808",
+     "2002:808:808::"],
+)  # fmt: skip
+def test_public_addresses_have_no_kind(address):
+    assert non_public_kind(address) is None
+
+
+def test_admits_address_lets_exact_entries_reach_any_address():
+    policy = UrlPolicy(("127.0.0.1:8900", "intranet.test", "*.example.org", "public"))
+    assert policy.admits_address("127.0.0.1", 8900, "127.0.0.1") is None
+    assert policy.admits_address("intranet.test", 80, "10.0.0.7") is None  # listed by name
+    assert policy.admits_address("a.example.org", 80, "93.184.215.14") is None
+    assert policy.admits_address("evil.test", 443, "8.8.8.8") is None  # public
+    assert policy.admits_address("127.0.0.1", 9999, "127.0.0.1") == (
+        "127.0.0.1 is a loopback address, which is not allowed"  # another port: not exact
+    )
+    assert policy.admits_address("a.example.org", 80, "10.0.0.7") == (
+        "a.example.org resolves to 10.0.0.7, a private address, which is not allowed"
+    )
+    assert "fe80::1, a link-local" in policy.admits_address("x.test", 80, "fe80::1%eth0")
+    assert "not an IP address" in policy.admits_address("x.test", 80, "bogus")
+
+
+def test_admits_address_refuses_hosts_off_the_list():
+    reason = UrlPolicy(("*.example.org",)).admits_address("evil.test", 80, "93.184.215.14")
+    assert reason is not None and "the host evil.test:80 is not allowed" in reason
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1/", "127.0.0.1 is a loopback address, which is not allowed"),
+        ("http://127.0.0.1:9999/", "127.0.0.1 is a loopback address"),  # the entry pins 8900
+        ("http://127.1/", "127.0.0.1 is a loopback address"),  # browser forms normalised first
+        ("http://0x7f000001/", "127.0.0.1 is a loopback address"),
+        ("http://0/", "0.0.0.0 is an unspecified address"),
+        ("http://[::ffff:7f00:1]/", "::ffff:7f00:1 is a loopback address in IPv6 form"),
+        ("http://169.254.169.254/latest/", "the cloud metadata address"),
+        ("http://a.localhost/", "a.localhost is a loopback name"),
+        ("http://localhost.:8900/", None),  # listed exactly: allowed
+        ("http://127.0.0.1:8900/", None),
+        ("http://[::1]:8900/", None),
+        ("http://8.8.8.8/", None),  # public
+    ],
+)
+def test_public_never_admits_a_non_public_literal(url, reason):
+    if reason is None:
+        assert is_allowed(url, OPEN)
+    else:
+        assert reason in refused(url, policy=OPEN)
+
+
+def test_default_policy_keeps_loopback():
+    assert UrlPolicy().admits_address("127.0.0.1", 8900, "127.0.0.1") is None
+    assert UrlPolicy().admits_address("localhost", 80, "::1") is None
