@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
@@ -91,6 +92,8 @@ class Lease:
     browser_id: int
     pid: int
     browser_lost: bool = False
+    recorder: Any = None  # the archive's recorder of this context's traffic, when recording
+    replayer: Any = None  # the archive answering this context's requests, when replaying
 
 
 class BrowserPool:
@@ -105,6 +108,7 @@ class BrowserPool:
         self._closed = False
         self.stats = {"launched": 0, "recycled": 0, "lost": 0, "leases": 0}
         self.egress = None  # the egress proxy its browsers go out through, when one is set
+        self.net = None  # what its episodes share to reach the web (rollout.net), when set
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()

@@ -6,7 +6,10 @@ progress tracker) and prints a final JSON line:
 "step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
 episode's progress file and trajectory record land in DIR. ``--policy server``
 evaluates the model behind ``inference.urls`` through the inference client, with
-the same harness and the configured sampling. ``--tasks FILE``
+the same harness and the configured sampling. ``--archive record`` writes every
+response the episodes get to a WARC archive (``OUT/archive`` or ``--archive-dir``),
+``--archive replay`` answers them from it with nothing sent to the network (the
+local web need not run: ``--set web.url=...`` names where it was). ``--tasks FILE``
 runs tasks from a JSONL file of the same schema instead of the generator (their
 URLs must be allowed: extend ``env.allowed_hosts``). The local web is started as
 a child process unless ``web.url`` names a running one.
@@ -158,8 +161,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=4, help="episodes at once")
     p.add_argument("--out", help="directory for progress files and trajectory records")
     p.add_argument("--tasks", help="a JSONL file of tasks to run instead of generated ones")
+    p.add_argument(
+        "--archive", choices=("off", "record", "replay"),
+        help="record every response the episodes get, or replay them from the archive "
+        "(env.archive)",
+    )  # fmt: skip
+    p.add_argument("--archive-dir", help="the archive (env.archive_dir; default OUT/archive)")
+    p.add_argument(
+        "--archive-fallback", choices=("none", "live"),
+        help="in replay, what is not archived: an error observation, or fetched and recorded",
+    )  # fmt: skip
     args = p.parse_args(argv)
     cfg = config_from_args(args)
+    archive = {
+        k: v
+        for k, v in {
+            "archive": args.archive,
+            "archive_dir": args.archive_dir or cfg.env.archive_dir,
+            "archive_fallback": args.archive_fallback,
+        }.items()
+        if v is not None
+    }
+    if archive.get("archive", cfg.env.archive) != "off" and "archive_dir" not in archive:
+        if not args.out:
+            p.error("--archive needs --archive-dir (or --out, whose archive/ it then uses)")
+        archive["archive_dir"] = str(Path(args.out) / "archive")
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **archive))
     if args.policy == "server" and not cfg.inference.urls:
         p.error('--policy server needs inference.urls (e.g. --set inference.urls=["http://..."])')
     policy = "model" if args.policy == "server" else "oracle"

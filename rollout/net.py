@@ -25,6 +25,7 @@ import contextlib
 import socket
 import weakref
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -76,6 +77,9 @@ class Net:
             ProxyPool(env.proxies, cooldown_s=env.proxy_cooldown_s) if env.proxies else None
         )
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.archive_mode = env.archive
+        self._writer = None
+        self._archive = None
 
     # ------------------------------------------------------------------ rules
 
@@ -95,6 +99,44 @@ class Net:
         await self.robots_check(url)
         async with self.limiter.slot(url):
             yield
+
+    # ------------------------------------------------------------------ the archive
+
+    def _archive_dir(self) -> Path:
+        if self.env.archive_dir is None:
+            raise ValueError(
+                f"env.archive = {self.env.archive!r} needs env.archive_dir (the sidecar and "
+                "rollout.eval --out set it to <run>/archive)"
+            )
+        return Path(self.env.archive_dir)
+
+    @property
+    def recording(self) -> bool:
+        """Whether responses that went to the network are written to the archive."""
+        return self.archive_mode == "record" or (
+            self.archive_mode == "replay" and self.env.archive_fallback == "live"
+        )
+
+    @property
+    def writer(self):
+        """The process's :class:`~rollout.archive.ArchiveWriter` (None unless recording)."""
+        if self._writer is None and self.recording:
+            from rollout.archive import ArchiveWriter
+
+            self._writer = ArchiveWriter(self._archive_dir(), max_bytes=self.env.archive_max_bytes)
+        return self._writer
+
+    @property
+    def archive(self):
+        """The :class:`~rollout.archive.Archive` replayed from (None unless replaying)."""
+        if self._archive is None and self.archive_mode == "replay":
+            from rollout.archive import Archive
+
+            directory = self._archive_dir()
+            if not directory.is_dir():
+                raise ValueError(f"env.archive = 'replay': no archive at {directory}")
+            self._archive = Archive.open(directory)
+        return self._archive
 
     # ------------------------------------------------------------------ connections
 
@@ -157,9 +199,12 @@ class Net:
                 await session.close()
 
     async def close(self) -> None:
-        """Close the proxy pool's shared connections (sessions close their own)."""
+        """Close the proxy pool's shared connections (sessions close their own) and the
+        archive being written."""
         if self.proxies is not None:
             await self.proxies.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 _NETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

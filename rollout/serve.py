@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import html
 import json
@@ -315,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_args(args)
     run_dir = Path(args.run_dir or Path(cfg.logging.run_dir) / "sidecar")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.env.archive != "off" and cfg.env.archive_dir is None:  # <run>/archive
+        env = dataclasses.replace(cfg.env, archive_dir=str(run_dir / "archive"))
+        cfg = dataclasses.replace(cfg, env=env)
     asyncio.run(serve(cfg, run_dir, args.tasks))
     return 0
 

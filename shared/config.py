@@ -150,6 +150,25 @@ class EnvConfig:
         "episode's fetches and browser go out through one, sticky per episode, rotated across "
         "episodes; empty: direct.",
     )
+    archive: Literal["off", "record", "replay"] = option(
+        "off",
+        "Archive the episodes' web in WARC files: `record`, every response an episode gets "
+        "(search answers, api-mode pages, every browser request); `replay`, answer the same "
+        "requests from the archive with nothing sent to the network.",
+    )
+    archive_dir: str | None = option(
+        None,
+        "Directory of the archive; unset: <run>/archive (the sidecar's run directory, or "
+        "rollout.eval's --out).",
+    )
+    archive_fallback: Literal["none", "live"] = option(
+        "none",
+        "In replay, a request the archive does not hold: `none`, an error observation (not in "
+        "the archive: URL); `live`, fetched from the network and recorded.",
+    )
+    archive_max_bytes: int = option(
+        256 << 20, "Size at which an archive file is closed and the next one started.", ge=1 << 16
+    )
     proxy_cooldown_s: float = option(
         60.0,
         "How long an upstream that failed to connect or answered with a ban (403, 429, a "

@@ -119,7 +119,7 @@ async def browser_pool(
             args=(*DEFAULT_ARGS, *proxy.browser_args),
         )
     )
-    pool.egress = proxy  # episode_lease opens each episode's channel on it
+    pool.egress, pool.net = proxy, net  # episode_lease opens channels and archives on them
     try:
         await pool.start()
         yield pool
@@ -153,18 +153,37 @@ def _egress_gate(net: Net):
 async def episode_lease(pool: BrowserPool | None, episode_id: str) -> AsyncIterator[Lease | None]:
     """A browser context for one episode (None without a pool: api mode). With upstream
     proxies the context goes out through its own egress channel, so the episode keeps
-    one upstream; without, through the egress proxy's shared port as always."""
+    one upstream; without, through the egress proxy's shared port as always. With
+    ``env.archive`` on, its traffic is recorded (flushed before the context closes) or
+    answered from the archive (:mod:`rollout.archive_browser`)."""
     if pool is None:
         yield None
         return
-    egress: EgressProxy | None = getattr(pool, "egress", None)
-    if egress is None or egress.proxies is None:
-        async with pool.context() as lease:
-            yield lease
-        return
-    options = await egress.open_channel(episode_id)
+    egress: EgressProxy | None = pool.egress
+    options = {}
+    if egress is not None and egress.proxies is not None:
+        options = await egress.open_channel(episode_id)
     try:
         async with pool.context(**options) as lease:
-            yield lease
+            await _attach_archive(lease, pool.net, episode_id)
+            try:
+                yield lease
+            finally:
+                if lease.recorder is not None and not lease.browser_lost:
+                    await lease.recorder.flush()
     finally:
-        await egress.close_channel(episode_id)
+        if options:
+            await egress.close_channel(episode_id)
+
+
+async def _attach_archive(lease: Lease, net: Net | None, episode_id: str) -> None:
+    if net is None or net.archive_mode == "off":
+        return
+    from rollout.archive_browser import BrowserRecorder, BrowserReplayer
+
+    if net.recording:
+        lease.recorder = await BrowserRecorder.attach(lease.context, net.writer, episode_id)
+    if net.archive_mode == "replay":
+        lease.replayer = await BrowserReplayer.attach(
+            lease.context, net.archive, episode_id, fallback=lease.recorder
+        )

@@ -15,25 +15,31 @@ somewhere it could not go itself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-from urllib.parse import urljoin, urlsplit
+import json
+from http import HTTPStatus
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from rollout.actions import Action, Search, Visit
+from rollout.archive import Exchange
 from rollout.env.core import InfraError, ToolError
 from rollout.env.observation import Observation
 from rollout.env.reader import Reader, Unreadable, html_to_markdown, read_page
 from rollout.net import Net, RobotsRefused
 from rollout.proxies import DIRECT, Fetched, NoUpstream, Upstream, fetch_via
 from rollout.resolver import AddressRefused, describe_refusal
-from rollout.search_client import SearchClient, SearchError
+from rollout.search_client import SearchClient, SearchError, SearchHit
 from rollout.urls import UrlRefused, check_url
 
 __all__ = ["ApiBackend", "html_to_markdown"]
 
 MAX_PAGE_BYTES = 5 << 20
 MAX_REDIRECTS = 5
+_STATUSES = {s.value for s in HTTPStatus}
 
 
 class ApiBackend:
@@ -84,7 +90,7 @@ class ApiBackend:
 
     async def _search(self, query: str) -> Observation:
         try:
-            hits = await self.search_client.search(query)
+            hits = await self._search_hits(query)
         except SearchError as e:
             raise ToolError(f"search failed: {e}") from None
         if not hits:
@@ -94,6 +100,28 @@ class ApiBackend:
             lines.append(f"{i}. {h.title}\n   {h.url}\n   {h.snippet}")
         top = urlsplit(hits[0].url).path or hits[0].url
         return Observation("\n".join(lines), summary=f"Got {len(hits)} results, top: {top}")
+
+    async def _search_hits(self, query: str) -> list[SearchHit]:
+        """The backend's hits, or in replay the archived ones (recorded as a JSON list under
+        a URL naming the endpoint, the query and the result count)."""
+        client, net = self.search_client, self.net
+        key = f"{client.endpoint}?{urlencode({'q': query, 'k': client.top_k})}"
+        if net.archive_mode == "replay":
+            ex = net.archive.lookup("GET", key, episode=self.episode)
+            if ex is not None:
+                return [SearchHit(**hit) for hit in json.loads(ex.response_body)]
+            if self.net.env.archive_fallback != "live":
+                raise ToolError(f"not in the archive: the search {query!r}")
+        hits = await client.search(query)
+        if net.writer is not None:
+            body = json.dumps([dataclasses.asdict(h) for h in hits], ensure_ascii=False).encode()
+            ex = Exchange(
+                method="GET", url=key, request_headers=(), request_body=b"", status=200,
+                reason="OK", response_headers=(("Content-Type", "application/json"),),
+                response_body=body, episode=self.episode, kind="search",
+            )  # fmt: skip
+            net.writer.write(ex)
+        return hits
 
     async def _visit(self, url: str) -> Observation:
         try:
@@ -124,7 +152,28 @@ class ApiBackend:
         """One GET under the egress rules: the address rule (resolved and checked here first,
         since an upstream proxy resolves names itself; the direct connection checks again
         what it connects to), robots.txt, a politeness slot, then the request through the
-        episode's upstream."""
+        episode's upstream. In replay the archive answers instead, and nothing is sent."""
+        net = self.net
+        if net.archive_mode == "replay":
+            ex = net.archive.lookup("GET", url, episode=self.episode)
+            if ex is not None:
+                headers = CIMultiDictProxy(CIMultiDict(ex.response_headers))
+                return Fetched(ex.status, headers, ex.response_body, url, DIRECT, None)
+            if net.env.archive_fallback != "live":
+                raise ToolError(f"not in the archive: {url}")
+        got = await self._get_live(url)
+        if net.writer is not None:
+            reason = HTTPStatus(got.status).phrase if got.status in _STATUSES else ""
+            ex = Exchange(
+                method="GET", url=url, request_headers=(("User-Agent", net.user_agent),),
+                request_body=b"", status=got.status, reason=reason,
+                response_headers=tuple(got.headers.items()), response_body=got.body,
+                episode=self.episode, kind="page",
+            )  # fmt: skip
+            net.writer.write(ex)
+        return got
+
+    async def _get_live(self, url: str) -> Fetched:
         try:
             await self.net.check_host(url)
             await self.net.robots_check(url)

@@ -178,6 +178,8 @@ class PlaywrightBackend:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.action_timeout_s - 0.25
         shot = None
+        replayer = self.lease.replayer
+        misses = len(replayer.misses) if replayer is not None else 0
         try:
             navigations = self.navigations
             self.frames_moved = []
@@ -186,10 +188,14 @@ class PlaywrightBackend:
             await self._after_navigation(navigations, deadline, may_navigate)
             if isinstance(action, Scroll | SomScroll):  # what the page does when scrolled
                 await self.page.evaluate(_FRAMES_JS)  # (lazy loading) starts by the next frame
-            await self._settle()
+            await self._settle(deadline if replayer is not None else None)
             obs = await self._observe()
             if self.no_upstream:  # every upstream proxy is benched: not the agent's doing
                 raise InfraError("no upstream proxy is left to reach the web through")
+            if replayer is not None:  # replaying: the page asked for is not archived
+                missed = [m.url for m in replayer.misses[misses:] if m.is_navigation]
+                if missed:
+                    raise ToolError(f"not in the archive: {missed[-1]}")
         except PlaywrightError as e:
             if self.lease.browser_lost:
                 raise InfraError(f"the browser was lost: {_first_line(e)}") from None
@@ -344,9 +350,18 @@ class PlaywrightBackend:
         matches = f"{count} elements match" if count > 1 else "1 element matches"
         raise ToolError(f"cannot {verb} {selector!r}: {matches} ({first}) but {why}")
 
-    async def _settle(self) -> None:
-        """Give the page's own requests (JavaScript fetching content) a moment to finish."""
-        deadline = asyncio.get_running_loop().time() + SETTLE_S
+    async def _settle(self, until: float | None = None) -> None:
+        """Give the page's own requests (JavaScript fetching content) a moment to finish:
+        SETTLE_S, or in replay until they have (``until``, the action's deadline), since
+        each is answered by the archive through a round trip to this process and a page
+        read before its answer arrived would differ from the recorded one."""
+        deadline = until if until is not None else asyncio.get_running_loop().time() + SETTLE_S
+        if until is not None:  # the page's own count of its fetches (rollout.archive_browser)
+            with contextlib.suppress(PlaywrightError):
+                while await self.page.evaluate(_PENDING_JS) > 0:
+                    if asyncio.get_running_loop().time() >= deadline:
+                        break
+                    await asyncio.sleep(0.01)
         waited = False
         while self.inflight > 0 and asyncio.get_running_loop().time() < deadline:
             waited = True
@@ -535,6 +550,7 @@ async def run_labeller(page: Page, opts: dict) -> dict:
 
 
 # two animation frames: scroll and intersection observers have run, timers of 0 too
+_PENDING_JS = "() => window.__archivePending || 0"
 _FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 
 _FRAGMENT_JS = r"""
