@@ -31,7 +31,7 @@ system-packages:
 	if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then missing="$$missing python3-venv"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
-	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
 $(STAMP): pyproject.toml

@@ -110,7 +110,7 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
 
 
 def advantages(
-    groups: Sequence[TrajectoryGroup], *, scale: bool = True
+    groups: Sequence[TrajectoryGroup], *, scale: bool = True, ddof: int = 0
 ) -> tuple[list[np.ndarray], list[bool]]:
     """Per group: its rows' advantages (rows,) and whether it has reward variance (is kept).
 
@@ -121,7 +121,7 @@ def advantages(
         episode_of_row, _ = g.episodes
         rewards_e = np.asarray(g.episode_rewards, np.float32)
         e = len(rewards_e)
-        adv_e, keep_e = group_advantages(rewards_e, max(e, 1), scale=scale)
+        adv_e, keep_e = group_advantages(rewards_e, max(e, 1), scale=scale, ddof=ddof)
         out.append(np.asarray(adv_e, np.float32)[episode_of_row])
         keep.append(bool(np.asarray(keep_e).all()) and e > 0)
     return out, keep
@@ -133,6 +133,7 @@ def pack(
     rows: int,
     buckets: Sequence[int],
     scale_rewards: bool = True,
+    adv_ddof: int = 0,
     policy_version: int | None = None,
     max_staleness: int | None = None,
     with_old_logp: bool = False,
@@ -153,7 +154,7 @@ def pack(
     count when packing into fewer rows, and the loss is the unpacked one.
     Raises ValueError when the trajectories do not fit.
     """
-    adv, keep = advantages(groups, scale=scale_rewards)
+    adv, keep = advantages(groups, scale=scale_rewards, ddof=adv_ddof)
     invalid = 0
     for i, g in enumerate(groups):
         try:

@@ -31,13 +31,20 @@ Aggregation = Literal["token_mean", "seq_mean_token_mean", "constant"]
 
 
 def group_advantages(
-    rewards_b: jax.Array, group_size: int, *, scale: bool = True, eps: float = 1e-6
+    rewards_b: jax.Array,
+    group_size: int,
+    *,
+    scale: bool = True,
+    eps: float = 1e-6,
+    ddof: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """(advantages (B,), keep (B,)): group-normalised rewards, and 0/1 for groups with
-    reward variance. std is the population std over the group (ddof=0)."""
+    reward variance. std is over the group with ``ddof``: 0 the population std, 1 the
+    sample std (verl's and TRL's; sqrt(G / (G - 1)) larger, so advantages that much
+    smaller). A group of one has no variance either way."""
     r = rewards_b.reshape(-1, group_size).astype(jnp.float32)  # (groups, G)
     mean = r.mean(axis=1, keepdims=True)
-    std = r.std(axis=1, keepdims=True)
+    std = r.std(axis=1, keepdims=True, ddof=ddof if group_size > 1 else 0)
     centred = r - mean
     has_signal = std > 0
     adv = centred / jnp.where(has_signal, std + eps, 1.0) if scale else centred

@@ -88,6 +88,7 @@ class Trainer:
         kw = dict(
             buckets=lc.length_buckets,
             scale_rewards=lc.scale_rewards,
+            adv_ddof=1 if lc.adv_std == "sample" else 0,
             policy_version=self.version,
             max_staleness=lc.max_staleness,
             pad_id=self.model.cfg.pad_token_id or 0,

@@ -27,16 +27,28 @@ import contextlib
 import dataclasses
 import hmac
 import html
+import itertools
 import json
 import signal
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from rollout.buffer import TrajectoryBuffer
-from rollout.engine import STEP_BUCKETS_MS, RolloutEngine, cycle_tasks
+from rollout.engine import STEP_BUCKETS_MS, EngineStats, RolloutEngine, cycle_tasks
 from rollout.env import browsers_for
 from rollout.inference import InferenceClient, InferenceError
 from rollout.procs import web_for
@@ -46,6 +58,7 @@ from shared.wire import encode_groups
 
 ENGINE = web.AppKey("engine", RolloutEngine)
 CONFIG = web.AppKey("config", RunConfig)
+METRICS = web.AppKey("metrics", CollectorRegistry)
 MAX_GROUPS_PER_BATCH = 256
 MAX_POLL_S = 120.0
 
@@ -128,43 +141,92 @@ async def health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def metrics_text(engine: RolloutEngine) -> str:
-    s = engine.stats
-    import time
+class EngineCollector(Collector):
+    """The engine's counters as Prometheus metric families, read from ``engine.stats``,
+    the buffer and the pool at scrape time (nothing is counted twice)."""
 
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _counters(self.engine)
+        yield from _gauges(self.engine)
+        yield _step_latency(self.engine.stats)
+
+
+def _counters(engine: RolloutEngine) -> Iterator[CounterMetricFamily]:
+    s = engine.stats
+    episodes = CounterMetricFamily(
+        "rollout_episodes",
+        "Episodes run, reruns included, by outcome (success: reward >= 1; "
+        "infra_error: a lost browser or inference server, never scored).",
+        labels=["outcome"],
+    )
+    episodes.add_metric(["success"], s.successes)
+    episodes.add_metric(["failure"], s.episodes - s.infra_errors - s.successes)
+    episodes.add_metric(["infra_error"], s.infra_errors)
+    yield episodes
+    groups = CounterMetricFamily(
+        "rollout_groups",
+        "GRPO groups completed, or dropped when an episode's reruns were used up.",
+        labels=["outcome"],
+    )
+    groups.add_metric(["completed"], s.groups)
+    groups.add_metric(["dropped"], s.groups_dropped)
+    yield groups
+    yield CounterMetricFamily(
+        "rollout_reruns", "Episodes run again after an infra_error.", value=s.reruns
+    )
+    yield CounterMetricFamily(
+        "rollout_stale_groups_dropped",
+        "Finished groups the buffer dropped as older than rollout.max_policy_lag.",
+        value=engine.buffer.counts["dropped"],
+    )
+
+
+def _gauges(engine: RolloutEngine) -> Iterator[GaugeMetricFamily]:
+    s = engine.stats
     elapsed = max(1e-9, time.monotonic() - s.started)
-    lines = [
-        "# TYPE rollout_episodes_total counter", f"rollout_episodes_total {s.episodes}",
-        "# TYPE rollout_episodes_per_second gauge",
-        f"rollout_episodes_per_second {s.episodes / elapsed:.4f}",
-        "# TYPE rollout_success_rate gauge",
-        f"rollout_success_rate {s.successes / max(1, s.episodes - s.infra_errors):.4f}",
-        "# TYPE rollout_infra_errors_total counter", f"rollout_infra_errors_total {s.infra_errors}",
-        "# TYPE rollout_reruns_total counter", f"rollout_reruns_total {s.reruns}",
-        "# TYPE rollout_groups_total counter", f"rollout_groups_total {s.groups}",
-        "# TYPE rollout_groups_dropped_total counter",
-        f"rollout_groups_dropped_total {s.groups_dropped}",
-        "# TYPE rollout_buffer_depth gauge", f"rollout_buffer_depth {engine.buffer.depth}",
-        "# TYPE rollout_stale_dropped_total counter",
-        f"rollout_stale_dropped_total {engine.buffer.counts['dropped']}",
-        "# TYPE rollout_live_browsers gauge",
-        f"rollout_live_browsers {engine.pool.live_browsers if engine.pool is not None else 0}",
-        "# TYPE rollout_policy_version gauge", f"rollout_policy_version {engine.version}",
-        "# TYPE rollout_step_latency_ms histogram",
-    ]  # fmt: skip
-    total = 0
-    for bound, count in zip((*STEP_BUCKETS_MS, "+Inf"), s.step_ms, strict=True):
-        total += count
-        lines.append(f'rollout_step_latency_ms_bucket{{le="{bound}"}} {total}')
-    lines += [
-        f"rollout_step_latency_ms_sum {s.step_ms_sum:.1f}",
-        f"rollout_step_latency_ms_count {total}",
-    ]
-    return "\n".join(lines) + "\n"
+    yield GaugeMetricFamily(
+        "rollout_episodes_per_second", "Episodes per second since start.", s.episodes / elapsed
+    )
+    yield GaugeMetricFamily(
+        "rollout_success_ratio",
+        "Share of episodes (infra errors excluded) with reward >= 1.",
+        s.successes / max(1, s.episodes - s.infra_errors),
+    )
+    yield GaugeMetricFamily(
+        "rollout_buffer_depth", "Finished groups waiting in the buffer.", engine.buffer.depth
+    )
+    live = engine.pool.live_browsers if engine.pool is not None else 0
+    yield GaugeMetricFamily("rollout_live_browsers", "Browsers up in the pool.", live)
+    yield GaugeMetricFamily(
+        "rollout_policy_version", "Weights version the inference servers hold.", engine.version
+    )
+
+
+def _step_latency(s: EngineStats) -> HistogramMetricFamily:
+    """``stats.step_ms`` (counts per ``STEP_BUCKETS_MS`` bucket) as a cumulative histogram
+    in seconds."""
+    bounds = [floatToGoString(ms / 1e3) for ms in STEP_BUCKETS_MS] + ["+Inf"]
+    return HistogramMetricFamily(
+        "rollout_step_latency_seconds",
+        "Mean seconds per step, one observation per episode that took a step.",
+        buckets=list(zip(bounds, itertools.accumulate(s.step_ms), strict=True)),
+        sum_value=s.step_ms_sum / 1e3,
+    )
+
+
+def metrics_registry(engine: RolloutEngine) -> CollectorRegistry:
+    """A registry of its own per app: several engines can live in one process."""
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(engine))
+    return registry
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(text=metrics_text(request.app[ENGINE]), content_type="text/plain")
+    body = generate_latest(request.app[METRICS])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def _step_html(st: dict) -> str:
@@ -244,6 +306,7 @@ def make_app(engine: RolloutEngine, cfg: RunConfig) -> web.Application:
         middlewares=[_auth_middleware(cfg.rollout.auth_token)],
     )
     app[ENGINE], app[CONFIG] = engine, cfg
+    app[METRICS] = metrics_registry(engine)
     app.router.add_get("/batch", batch)
     app.router.add_post("/weights", weights)
     app.router.add_get("/health", health)

@@ -315,6 +315,12 @@ class LearnerConfig:
         "token_mean", "How token losses are aggregated."
     )
     scale_rewards: bool = option(True, "Divide advantages by the group std (off: Dr. GRPO).")
+    adv_std: Literal["population", "sample"] = option(
+        "population",
+        "The group std advantages are divided by: `population` (ddof 0) or `sample` (ddof 1, "
+        "as verl and TRL: advantages sqrt((G-1)/G) as large, 0.94x at G = 8, 0.71x at G = 2). "
+        "A recipe taken from those stacks wants `sample`.",
+    )
     tis_cap: float = option(
         2.0, "Cap of the truncated importance weight rollout vs learner; 0 disables.", ge=0
     )
@@ -754,7 +760,9 @@ def add_config_args(
 
 def setup_logging(config: RunConfig) -> None:
     """The entry points' logging: stderr at ``logging.level``; absl (Orbax's notes on
-    read-only opens) only at ERROR."""
+    read-only opens) only at ERROR; JAX's backend probe (``Unable to initialize backend
+    'tpu'`` on every machine without one, an INFO line that reads like a failure) only
+    at WARNING."""
     import logging
     import sys
 
@@ -764,6 +772,7 @@ def setup_logging(config: RunConfig) -> None:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("absl").setLevel(logging.ERROR)
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

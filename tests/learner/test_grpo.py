@@ -16,6 +16,38 @@ def test_group_advantages_normalise_within_each_group():
     np.testing.assert_array_equal(keep, [1, 1, 1, 1, 0, 0, 0, 0])
 
 
+def test_sample_std_advantages_match_verl_and_trl():
+    # [1, 0, 1, 0]: sample std sqrt(4 * 0.25 / 3) = 0.57735 -> +-0.5 / 0.57735 = +-0.86603
+    # [1, 0]: sample std sqrt(0.5) -> +-0.5 / 0.70711 = +-0.70711 (1.41x smaller than ddof 0)
+    adv, keep = group_advantages(jnp.array([1.0, 0, 1, 0, 2, 2, 2, 2]), 4, eps=0.0, ddof=1)
+    np.testing.assert_allclose(adv, [0.86603, -0.86603, 0.86603, -0.86603, 0, 0, 0, 0], atol=1e-5)
+    np.testing.assert_array_equal(keep, [1, 1, 1, 1, 0, 0, 0, 0])
+    adv, _ = group_advantages(jnp.array([1.0, 0.0]), 2, eps=0.0, ddof=1)
+    np.testing.assert_allclose(adv, [0.70711, -0.70711], atol=1e-5)
+    adv, keep = group_advantages(jnp.array([1.0]), 1, ddof=1)  # one sample: no variance
+    np.testing.assert_array_equal(keep, [0])
+
+
+def test_the_config_chooses_the_std_the_batch_divides_by():
+    from learner.batching import pack
+    from shared.wire import Trajectory, TrajectoryGroup
+
+    def traj(i: int) -> Trajectory:
+        tokens, mask = np.arange(4, dtype=np.int32), np.array([0, 0, 1, 1], np.uint8)
+        zeros_f, zeros_i = np.zeros(4, np.float32), np.zeros(4, np.int32)
+        return Trajectory("t", "g", i, tokens, mask, zeros_f, zeros_i, reward=float(i % 2))
+
+    def group() -> TrajectoryGroup:
+        return TrajectoryGroup("g", "t", [traj(i) for i in range(4)])
+
+    adv = {
+        ddof: np.asarray(pack([group()], rows=4, buckets=(4,), adv_ddof=ddof).arrays["adv_b"])
+        for ddof in (0, 1)
+    }
+    np.testing.assert_allclose(adv[0], [-1, 1, -1, 1], atol=1e-5)
+    np.testing.assert_allclose(adv[1], adv[0] * np.sqrt(3 / 4), atol=1e-5)
+
+
 def test_dr_grpo_advantages_are_only_centred():
     # [3, 1]: mean 2 -> [1, -1] whatever the std (here 1)
     adv, _ = group_advantages(jnp.array([3.0, 1.0]), 2, scale=False)

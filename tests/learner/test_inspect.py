@@ -12,6 +12,7 @@ from flax import nnx
 
 from learner.checkpoint import Checkpointer
 from learner.hf import load_hf
+from learner.inspect import print_diff
 from learner.model import Model, get_params, tiny_config
 from shared.config import load
 from shared.tokenizer import TINY_TOKENIZER_DIR
@@ -20,6 +21,12 @@ from tests.learner.helpers import randomized
 
 pytestmark = pytest.mark.multiprocess
 CFG = tiny_config(num_layers=2)
+CFG8 = tiny_config(num_layers=8)
+# the rollout's group ids (task id ``split-type-hash``, rollout instance, counter): 3 qa per browse_comp
+GROUP_IDS = [
+    f"train-{'browse_comp' if k % 4 == 0 else 'qa'}-{k * 7919:010d}.7b41a5ef.{k}"
+    for k in range(192)
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +57,35 @@ def ckpt(tmp_path_factory):
     return root, pa, pb
 
 
+@pytest.fixture(scope="module")
+def per_layer(tmp_path_factory):
+    """A checkpoint of 8 layers saved one array per layer (``layers.3.mlp.up_proj``, the
+    layout before stacking), without ``layers.4.mlp.up_proj`` and with a narrower
+    ``layers.6.mlp.gate_proj``, and a data cursor of 192 group ids."""
+    root = tmp_path_factory.mktemp("inspect") / "per_layer"
+    stacked = get_params(Model(CFG8, rngs=nnx.Rngs(0)))
+    params = {k: v for k, v in stacked.items() if not k.startswith("layers.")}
+    for k, v in stacked.items():
+        if k.startswith("layers."):
+            params.update({f"layers.{i}.{k[len('layers.') :]}": v[i] for i in range(8)})
+    del params["layers.4.mlp.up_proj"]
+    params["layers.6.mlp.gate_proj"] = params["layers.6.mlp.gate_proj"][:, :192]
+    with Checkpointer(root) as ck:
+        ck.save(
+            5,
+            params=params,
+            data_cursor={"groups": len(GROUP_IDS), "group_ids": GROUP_IDS},
+            model_config=CFG8,
+        )
+    return root, params
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """The printed table's body rows (not its header) by their first cell."""
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()]
+    return {r[0]: r[1:] for r in rows if r and r[0]}
+
+
 def inspect(*args: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "learner.inspect", *args],
@@ -76,6 +112,9 @@ def test_table_lists_step_parameters_and_totals(ckpt):
     )
     assert f"total: {n:,} parameters" in text and "optimizer state:" in text
     assert "qwen2, 2 layers, d_model 128" in text
+    # a scanned stack is one array with the layer axis inside: one row as it is, nothing folded
+    assert table_rows(text)["layers.mlp.down_proj"][:3] == ["2x384x128", "float32", ""]
+    assert len(table_rows(text)) == len(pa)
 
 
 def test_json_summary_of_the_latest_step(ckpt):
@@ -124,3 +163,83 @@ def test_export_hf_writes_a_loadable_directory(ckpt, tmp_path):
         assert np.array_equal(
             loaded[k], np.asarray(v).astype(ml_dtypes.bfloat16).astype(np.float32)
         )
+
+
+def test_layers_fold_into_one_row_each(per_layer):
+    root, params = per_layer
+    text = inspect(str(root))
+    rows = table_rows(text)
+    # 12 arrays per layer: 10 folded whole, up_proj with a gap, gate_proj split by shape
+    assert len([r for r in rows if r.startswith("layers")]) == 13
+    assert len(rows) == 13 + 2  # and embed_tokens, norm.weight
+    # 8 x 384 x 128 = 393,216 floats, 4 bytes each = 1.5 MiB
+    assert rows["layers.{0..7}.mlp.down_proj"][:5] == [
+        "384x128",
+        "float32",
+        "x8",
+        "393,216",
+        "1.5 MiB",
+    ]
+    assert rows["layers.{0..7}.self_attn.q_bias"][:3] == ["4x32", "float32", "x8"]
+    assert rows["embed_tokens"][:3] == ["4096x128", "float32", ""]
+    assert "layers.3.mlp.down_proj" not in text
+    n = sum(v.size for v in params.values())
+    assert f"total: {n:,} parameters" in text
+
+
+def test_a_missing_layer_is_a_gap_and_other_shapes_are_not_folded(per_layer):
+    rows = table_rows(inspect(str(per_layer[0])))
+    assert rows["layers.{0..3,5..7}.mlp.up_proj"][:3] == ["128x384", "float32", "x7"]
+    assert rows["layers.{0..5,7}.mlp.gate_proj"][:3] == ["128x384", "float32", "x7"]
+    assert rows["layers.6.mlp.gate_proj"][:4] == ["128x192", "float32", "", "24,576"]
+
+
+def test_all_lists_every_parameter(per_layer):
+    root, params = per_layer
+    rows = table_rows(inspect(str(root), "--all"))
+    assert rows.keys() == params.keys()
+    assert rows["layers.3.mlp.down_proj"][:3] == ["384x128", "float32", ""]
+
+
+def test_data_cursor_is_counted_in_text_and_complete_in_json(per_layer):
+    root, _ = per_layer
+    text = inspect(str(root))
+    assert "data_cursor: groups=192, 192 group_ids" in text
+    assert "train-qa 144, train-browse_comp 48 (192 distinct tasks)" in text
+    assert GROUP_IDS[0] in text and GROUP_IDS[2] in text and GROUP_IDS[-1] in text
+    assert sum(gid in text for gid in GROUP_IDS) == 6  # the first and last three
+    report = json.loads(inspect(str(root), "--json"))["summary"]
+    assert report["data_cursor"] == {"groups": 192, "group_ids": GROUP_IDS}
+    assert len(report["params"]) == len(per_layer[1])  # every array, unfolded
+
+
+def test_diff_folds_layers_with_their_joint_norms():
+    from rich.console import Console
+
+    def row(i, shape, na, nb, dn, mx):
+        return {"name": f"layers.{i}.w", "shape": shape, "norm_a": na, "norm_b": nb,
+                "diff_norm": dn, "max_abs_diff": mx}  # fmt: skip
+
+    d = {
+        "a": {"path": "a", "step": 1},
+        "b": {"path": "b", "step": 2},
+        "config_diff": [],
+        "model_config_diff": [],
+        "tensors": [
+            row(0, [2], 3.0, 6.0, 0.6, 0.1),
+            row(1, [2], 4.0, 8.0, 0.8, 0.3),
+            row(2, [3], 1.0, 1.0, 0.0, 0.0),
+            {"name": "layers.3.w", "only_in": "b", "shapes": [None, [2]]},
+        ],
+    }
+    console = Console(record=True, width=160)
+    print_diff(d, console)
+    rows = table_rows(console.export_text())
+    # layers 0 and 1 together: |a| = sqrt(3^2 + 4^2) = 5, |b| = sqrt(6^2 + 8^2) = 10,
+    # |b - a| = sqrt(0.6^2 + 0.8^2) = 1, max |b - a| = max(0.1, 0.3) = 0.3
+    assert rows["layers.{0..1}.w"] == ["x2", "5", "10", "1", "0.3"]
+    assert rows["layers.2.w"] == ["", "1", "1", "0", "0"]  # another shape
+    assert rows["layers.3.w"][3] == "shapes [None, [2]]"
+    console = Console(record=True, width=160)
+    print_diff(d, console, fold=False)
+    assert {f"layers.{i}.w" for i in range(4)} <= table_rows(console.export_text()).keys()

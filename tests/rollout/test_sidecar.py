@@ -11,6 +11,7 @@ import pytest
 
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
+from tests.rollout.test_metrics import FAMILIES, scrape, value
 
 pytestmark = pytest.mark.multiprocess
 TOKEN = "s3cret-token"
@@ -99,11 +100,9 @@ async def test_oversized_and_malformed_requests_are_refused(sidecar, fault):
             assert r.status == 200 and (await r.json())["success"]
         async with s.get(f"{url}/metrics") as r:
             text = await r.text()
-    for name in ["rollout_episodes_total", "rollout_success_rate", "rollout_buffer_depth",
-                 "rollout_infra_errors_total", "rollout_step_latency_ms_bucket",
-                 "rollout_live_browsers", "rollout_episodes_per_second"]:  # fmt: skip
-        assert name in text
-    assert "rollout_policy_version 4" in text
+    fams = scrape(text)
+    assert {name: t for name, (t, _) in fams.items()} == FAMILIES
+    assert value(fams, "rollout_policy_version") == 4
     row["observed"] = "413 / 400 / 400 / 400, then a valid /weights is accepted"
 
 

@@ -14,6 +14,7 @@ from rollout.verifiers import verify
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
 from tests.learner.helpers import teacher_forced_logprobs
+from tests.rollout.test_metrics import scrape, value
 from tests.rollout.test_sidecar import sidecar_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.browser]
@@ -97,7 +98,7 @@ async def _new_weights_reach_the_server(s, sidecar_url, serve_url, run_dir) -> N
     async with s.get(f"{serve_url}/get_model_info") as r:
         assert (await r.json())["weight_version"] == "1"
     async with s.get(f"{sidecar_url}/metrics") as r:
-        assert "rollout_policy_version 1" in await r.text()
+        assert value(scrape(await r.text()), "rollout_policy_version") == 1
 
 
 def _served_model():
@@ -116,10 +117,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _metric(text: str, name: str) -> float:
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
 @pytest.mark.reliability
@@ -160,8 +157,10 @@ async def test_an_inference_server_restart_mid_run_is_survived(web_url, tmp_path
                 got += await pull()
             async with s.get(f"{url}/metrics") as r:
                 text = await r.text()
-        assert _metric(text, "rollout_infra_errors_total") >= 1  # episodes hit the outage
-        assert _metric(text, "rollout_reruns_total") >= 1  # ... and were run again
+        fams = scrape(text)
+        episodes = "rollout_episodes", "rollout_episodes_total"
+        assert value(fams, *episodes, outcome="infra_error") >= 1  # episodes hit the outage
+        assert value(fams, "rollout_reruns", "rollout_reruns_total") >= 1  # ... and were run again
         assert all(t.status != "infra_error" for g in got for t in g.trajectories)
     finally:
         stop_server(sidecar)

@@ -191,3 +191,21 @@ def test_default_config_file_is_read_when_config_is_omitted(tmp_path):
     other.write_text("[env]\nmax_steps = 4\n")
     args = parser.parse_args(["--config", str(other)])
     assert cfg.config_from_args(args).env.max_steps == 4
+
+
+def test_entry_point_logging_leaves_out_the_backend_probe():
+    """At INFO, JAX's probe of absent backends ("Unable to initialize backend 'tpu'") is
+    not logged; the run's own INFO lines are."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from shared.config import RunConfig, load, setup_logging; "
+        "setup_logging(load(None, ['logging.level=info'])); import jax; jax.devices(); "
+        "logging.getLogger('learner.train').info('own line')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "own line" in done.stderr and "Unable to initialize backend" not in done.stderr
