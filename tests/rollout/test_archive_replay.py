@@ -190,3 +190,51 @@ async def test_a_request_missing_from_the_archive_is_an_error_or_fetched_live(tm
         assert urls == [f"{site}/a", f"{site}/b"]  # the live fetch was recorded
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.browser
+async def test_the_login_pagination_and_panels_replay_in_the_browser_with_the_web_down(tmp_path):
+    """No generated task signs in, so a scripted playwright episode on a web of its own
+    does: the members' login (a form POST and its session cookie), pages behind it, a
+    paginated list and a JavaScript panel; recorded, the web stopped, replayed."""
+    from rollout.env import browser_pool, episode_lease, make_env
+    from rollout.net import Net
+    from rollout.procs import web_for
+    from shared.config import EnvConfig, RolloutConfig
+
+    url, web = await web_for(str(WEB_CACHE), None)
+    script = [
+        f'goto("{url}/members/login")',
+        'fill("input[name=username]", "reader")',
+        'fill("input[name=password]", "factbook")',
+        'click("main form button")',
+        f'goto("{url}/members/notes/FR")',
+        f'goto("{url}/geo/country/FR/cities?page=2")',
+        f'goto("{url}/airports/CDG")',
+        'extract_text("main")',
+    ]
+    task = {"id": "replay-1", "question": "?", "answer": "x", "aliases": [], "type": "qa",
+            "hops": 1, "start_url": url + "/", "evidence": []}  # fmt: skip
+
+    async def run(archive: str) -> list[str]:
+        cfg = EnvConfig(archive=archive, archive_dir=str(tmp_path / "archive"), max_steps=50)
+        net = Net(url, cfg)
+        async with (
+            browser_pool(url, cfg, RolloutConfig(browsers=1), net) as pool,
+            episode_lease(pool, "scripted") as lease,
+        ):
+            env = make_env("playwright", url, cfg, lease=lease, net=net, episode_id="scripted")
+            texts = [(await env.reset(task)).text]
+            texts += [(await env.step(line)).text for line in script]
+            await env.close()
+        await net.close()
+        return texts
+
+    try:
+        recorded = await run("record")
+    finally:
+        await web.stop()
+    assert "Population sources for" in recorded[5] and "Members only" not in recorded[5]
+    assert "page 2" in recorded[6].lower() and "392 ft" in recorded[7]
+    replayed = await run("replay")  # nothing listens at the web's address any more
+    assert replayed == recorded
