@@ -228,9 +228,9 @@ class EgressProxy:
             response.force_close()
         return response
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.counters["requests"] += 1
-        url = str(request.url)
+    def _admitted(self, request: web.Request, url: str) -> str | web.Response:
+        """The episode a request for ``url`` belongs to, or the answer refusing it: a URL off
+        the allowlist, or a request on the port of a channel since closed."""
         try:
             check_url(url, self.policy)
         except UrlRefused as e:
@@ -238,11 +238,22 @@ class EgressProxy:
         episode = self._episode_of(request)
         if episode is None:
             return web.Response(status=502, text="this episode's egress channel is closed")
+        return episode
+
+    def _gate(self, url: str) -> contextlib.AbstractAsyncContextManager:
+        return self.gate(url) if self.gate is not None else contextlib.nullcontext()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.counters["requests"] += 1
+        url = str(request.url)
+        episode = self._admitted(request, url)
+        if isinstance(episode, web.Response):
+            return episode
         headers = _forwardable(request.headers)
         if self.user_agent:
             headers["User-Agent"] = self.user_agent
         data = await request.read() if request.body_exists else None
-        gate = self.gate(url) if self.gate is not None else contextlib.nullcontext()
+        gate = self._gate(url)
         try:
             async with (
                 gate,
@@ -297,14 +308,10 @@ class EgressProxy:
         url = f"https://{request.raw_path}/"
         if not host or port is None:
             return self._refuse(url, "CONNECT needs host:port")
-        try:
-            check_url(url, self.policy)
-        except UrlRefused as e:
-            return self._refuse(url, e.reason)
-        episode = self._episode_of(request)
-        if episode is None:
-            return web.Response(status=502, text="this episode's egress channel is closed")
-        gate = self.gate(url) if self.gate is not None else contextlib.nullcontext()
+        episode = self._admitted(request, url)
+        if isinstance(episode, web.Response):
+            return episode
+        gate = self._gate(url)
         try:
             async with gate:
                 reader, writer = await self._open_tunnel(episode, host, port)

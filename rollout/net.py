@@ -144,14 +144,15 @@ class Net:
         """A direct connector whose every address passed the egress rules."""
         return aiohttp.TCPConnector(resolver=self.resolver, limit=16)
 
-    def session(self, **kwargs) -> aiohttp.ClientSession:
-        """A direct session (one per episode: its own cookies) under the egress rules."""
-        return aiohttp.ClientSession(
-            connector=self.connector(),
-            headers={"User-Agent": self.user_agent},
-            timeout=self.timeout,
-            **kwargs,
-        )
+    def session(self, upstream: Upstream = DIRECT, **kwargs) -> aiohttp.ClientSession:
+        """A session going out through ``upstream``: directly, on a connector of its own
+        whose every address passed the egress rules; or on the proxy pool's shared
+        connector for that upstream. ``kwargs`` (a cookie jar) go to the session."""
+        common = dict(headers={"User-Agent": self.user_agent}, timeout=self.timeout, **kwargs)
+        if upstream is DIRECT:
+            return aiohttp.ClientSession(connector=self.connector(), **common)
+        connector = self.proxies.connector(upstream)
+        return aiohttp.ClientSession(connector=connector, connector_owner=False, **common)
 
     async def check_host(self, url: str) -> None:
         """Resolve ``url``'s host here and apply the address rule, for requests an upstream
@@ -168,13 +169,7 @@ class Net:
 
         def session_for(upstream: Upstream) -> aiohttp.ClientSession:
             if upstream.name not in sessions:
-                sessions[upstream.name] = (
-                    self.session(cookie_jar=jar) if upstream is DIRECT else aiohttp.ClientSession(
-                        connector=self.proxies.connector(upstream), connector_owner=False,
-                        cookie_jar=jar, headers={"User-Agent": self.user_agent},
-                        timeout=self.timeout,
-                    )
-                )  # fmt: skip
+                sessions[upstream.name] = self.session(upstream, cookie_jar=jar)
             return sessions[upstream.name]
 
         try:

@@ -136,17 +136,9 @@ class ApiBackend:
 
     def _session_for(self, upstream: Upstream) -> aiohttp.ClientSession:
         """The episode's session through ``upstream`` (all share the episode's cookies)."""
-        session = self._sessions.get(upstream.name)
-        if session is None:
-            if upstream is DIRECT:
-                session = self.net.session(cookie_jar=self.cookies)
-            else:
-                session = aiohttp.ClientSession(
-                    connector=self.net.proxies.connector(upstream), connector_owner=False,
-                    cookie_jar=self.cookies, headers={"User-Agent": self.net.user_agent},
-                )  # fmt: skip
-            self._sessions[upstream.name] = session
-        return session
+        if upstream.name not in self._sessions:
+            self._sessions[upstream.name] = self.net.session(upstream, cookie_jar=self.cookies)
+        return self._sessions[upstream.name]
 
     async def _get(self, url: str) -> Fetched:
         """One GET under the egress rules: the address rule (resolved and checked here first,
