@@ -182,7 +182,21 @@ def pack(
         a["old_logp_bt"] = a["rollout_logp_bt"].copy()
     stats = _stats(groups, keep, a, stale[0])
     stats["invalid_groups"] = float(invalid)
+    if policy_version is not None:
+        stats.update(_policy_lag(kept, policy_version))
     return Packed(a, [g.group_id for g in groups], stats)
+
+
+def _policy_lag(kept: list[tuple[TrajectoryGroup, np.ndarray]], version: int) -> dict[str, float]:
+    """How many weight versions behind the learner the batch's generated tokens are: the
+    mean and the largest over the loss tokens (0 on-policy; one step of asynchrony is 1)."""
+    vers = [g.columns["versions"][g.columns["loss_mask"] > 0] for g, _ in kept]
+    v = np.concatenate(vers) if vers else np.zeros(0, np.int32)
+    v = v[v >= 0]
+    if not v.size:
+        return {"policy_lag": 0.0, "policy_lag_max": 0.0}
+    lag = version - v.astype(np.int64)
+    return {"policy_lag": float(lag.mean()), "policy_lag_max": float(lag.max())}
 
 
 def _sequences(

@@ -9,6 +9,7 @@ child's whole process group, SIGTERM then SIGKILL, so nothing is orphaned.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 READY = "serving on "
+log = logging.getLogger("learner.train")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -35,15 +37,15 @@ class Children:
 
     def start(self, name: str, module_args: list[str], timeout: float = 300.0) -> str:
         """Start ``python -m module_args`` and return the URL it announces."""
-        log = (self.log_dir / f"{name}.log").open("ab")
+        sink = (self.log_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", *module_args],
             cwd=REPO,
             stdout=subprocess.PIPE,
-            stderr=log,
+            stderr=sink,
             start_new_session=True,  # its own process group: stopped as a whole
         )
-        log.close()
+        sink.close()
         self.procs.append((name, proc))
         with (self.log_dir / "children.pids").open("a") as fh:  # for operators and tests
             fh.write(f"{name} {proc.pid}\n")
@@ -66,6 +68,7 @@ class Children:
             if time.monotonic() > deadline:
                 raise ChildError(f"{name} did not start within {timeout:.0f} s")
             time.sleep(0.05)
+        log.info("%s started at %s (log %s)", name, found[0], self.log_dir / f"{name}.log")
         return found[0]
 
     def stop_one(self, name: str, timeout: float = 10.0) -> None:

@@ -6,13 +6,16 @@ checkpoints every ``checkpoint.every_steps`` (the data cursor is every consumed
 group id, so a resumed run never trains twice on a group), HF exports for
 SGLang, ``POST /weights`` to the sidecars, and exact resumption from the latest
 committed checkpoint.
+
+With several learner processes (``jax.distributed``) process 0 alone talks to the
+sidecars (pulls, acknowledgements, weight pushes) and writes the metrics; it sends
+each step's groups and its policy version to the others, so every process packs the
+same batch; all of them take part in the step and in every checkpoint save.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +39,11 @@ from learner.step import (
     rows_multiple,
     state_shardings,
 )
+from learner.trackers import Trackers, open_trackers
 from shared.config import RunConfig
+from shared.progress import Progress
 from shared.tokenizer import TINY_TOKENIZER_DIR
+from shared.wire import decode_groups, encode_groups
 
 log = logging.getLogger("learner.train")
 
@@ -60,6 +66,10 @@ class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # metrics.jsonl, TensorBoard, W&B, MLflow (logging.trackers), process 0's only; first,
+        # so that a tracker which cannot start fails before the model is built
+        primary = jax.process_index() == 0
+        self.trackers = open_trackers(cfg, self.run_dir) if primary else Trackers((), cfg.logging)
         self.model, self.tokenizer_dir = build_model(cfg)
         self.mesh = make_mesh(cfg.mesh)
         multiple = rows_multiple(self.mesh) * cfg.learner.micro_batches
@@ -77,7 +87,7 @@ class Trainer:
         self.version = int(self.state.step)
         self.evaluator = None  # (cfg, step) -> dev-split results, run after weight pushes
         self.save_failed = False
-        self.tensorboard = _tensorboard(self.run_dir)
+        self.primary = jax.process_index() == 0  # talks to the sidecars, writes the metrics
 
     # -------------------------------------------------------------- state
 
@@ -156,10 +166,17 @@ class Trainer:
     def export_hf(self, step: int) -> Path:
         from learner.hf import export_hf
 
-        set_params(self.model, {k: np.asarray(v) for k, v in self.state.params.items()})
-        return export_hf(
-            self.model, self.ckpt_root / "hf" / str(step), tokenizer_dir=self.tokenizer_dir
-        )
+        out = self.ckpt_root / "hf" / str(step)
+        if jax.process_count() > 1:  # every process takes part in the gather; 0 writes
+            from jax.experimental.multihost_utils import process_allgather
+
+            params = {k: process_allgather(v, tiled=True) for k, v in self.state.params.items()}
+            if not self.primary:
+                return out
+        else:
+            params = self.state.params
+        set_params(self.model, {k: np.asarray(v) for k, v in params.items()})
+        return export_hf(self.model, out, tokenizer_dir=self.tokenizer_dir)
 
     def wants_hf(self) -> bool:
         mode = self.cfg.checkpoint.export_hf
@@ -169,15 +186,18 @@ class Trainer:
 
     def run(self, source: GroupSource) -> TrainState:
         lc = self.cfg.learner
+        if not self.primary:
+            source = _NoSource()
         source.committed(self.consumed)  # a restart may not have acknowledged them yet
-        metrics_file = (self.run_dir / "metrics.jsonl").open("a")
-        progress = _Progress(lc.steps, int(self.state.step), self.cfg.logging.progress)
+        progress = _Progress(
+            lc.steps, int(self.state.step), self.cfg.logging.progress, active=self.primary
+        )
         consumed = set(self.consumed)
         pending: list[tuple[int, list[str]]] = []
         try:
             while int(self.state.step) < lc.steps:
                 t0 = time.perf_counter()
-                groups = source.take(lc.groups_per_step, consumed)
+                groups = self._take(source, lc.groups_per_step, consumed)
                 t_wait = time.perf_counter() - t0
                 packed = self._pack(groups)
                 batch = place_batch(packed.arrays, self.mesh)
@@ -194,9 +214,7 @@ class Trainer:
                     "wait_s": t_wait, "step_s": dt, "time": time.time(),
                 }  # fmt: skip
                 if step % self.cfg.logging.every_steps == 0 or step == lc.steps:
-                    metrics_file.write(json.dumps(record) + "\n")
-                    metrics_file.flush()
-                    self._tensorboard_write(step, record)
+                    self.trackers.log(step, record)
                 progress.update(record)
                 if step % self.cfg.checkpoint.every_steps == 0 or step == lc.steps:
                     try:
@@ -214,33 +232,39 @@ class Trainer:
                     self._publish(source, step)
                 if self._eval_due(step):
                     result = self.evaluator(self.cfg, step)
-                    metrics_file.write(json.dumps({"step": step, "eval": result}) + "\n")
-                    metrics_file.flush()
-                    self._tensorboard_write(step, {f"dev/{k}": v for k, v in result.items()})
+                    self.trackers.log(step, {"step": step, "eval": result})
                 pending = self._ack_committed(source, pending)
         finally:
             progress.close()
-            metrics_file.close()
             if not self.save_failed:
                 self.ckpt.wait()
         self._ack_committed(source, pending)
         source.flush_acks()
         return self.state
 
+    def _take(self, source: GroupSource, n: int, consumed: set[str]) -> list:
+        """This step's groups: pulled by process 0 and sent to the others with its policy
+        version (the packing depends on both), so every process packs the same batch."""
+        if jax.process_count() == 1:
+            return source.take(n, consumed)
+        from jax.experimental.multihost_utils import broadcast_one_to_all
+
+        body = encode_groups(source.take(n, consumed)) if self.primary else b""
+        head = broadcast_one_to_all(np.array([len(body), self.version], np.int64))
+        size, self.version = int(head[0]), int(head[1])
+        data = np.frombuffer(body, np.uint8) if self.primary else np.zeros(size, np.uint8)
+        return decode_groups(np.asarray(broadcast_one_to_all(data)).tobytes())
+
     def _eval_due(self, step: int) -> bool:
         """After a weight push, every ``learner.eval_every`` steps (the servers hold them)."""
         every = self.cfg.learner.eval_every
         return (
-            self.evaluator is not None and every > 0 and step % every == 0 and self.version == step
+            self.primary
+            and self.evaluator is not None
+            and every > 0
+            and step % every == 0
+            and self.version == step
         )
-
-    def _tensorboard_write(self, step: int, record: dict) -> None:
-        if self.tensorboard is None:
-            return
-        for k, v in record.items():
-            if isinstance(v, int | float) and not isinstance(v, bool) and k != "step":
-                self.tensorboard.add_scalar(k, v, step)
-        self.tensorboard.flush()
 
     def _ack_committed(self, source: GroupSource, pending: list) -> list:
         latest = self.ckpt.latest_step() or 0
@@ -266,17 +290,20 @@ class Trainer:
         except Exception:
             if not self.save_failed:
                 raise  # after a failed save, the save's error has been reported already
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        self.trackers.close()
 
 
-def _tensorboard(run_dir: Path):
-    """A TensorBoard writer into ``run_dir/tensorboard`` when tensorboardX is installed."""
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(run_dir / "tensorboard"))
+class _NoSource:
+    """What the processes other than 0 talk to instead of the sidecars: nothing."""
+
+    def committed(self, group_ids: object) -> None:
+        pass
+
+    def flush_acks(self) -> None:
+        pass
+
+    def push_weights(self, version: int, path: str) -> list[str]:
+        return []
 
 
 def _finite(v: Any) -> float | None:
@@ -290,29 +317,39 @@ def _round_up(n: int, k: int) -> int:
 
 
 class _Progress:
-    """A rich progress bar on a terminal; nothing otherwise."""
+    """GRPO's progress: a line per step in every log (the terminal's included), and a bar
+    on a terminal (``logging.progress``); nothing from processes other than 0."""
 
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self.bar = None
-        if enabled and sys.stdout.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self.bar = Progress(
-                TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-            )  # fmt: skip
-            self.bar.start()
-            self.task = self.bar.add_task("train", total=total, completed=done, info="")
+    def __init__(self, total: int, done: int, enabled: bool, active: bool = True) -> None:
+        self.total = total
+        self.p = (
+            Progress("GRPO", total, "steps", done=done, enabled=enabled, every_s=float("inf"))
+            if active
+            else None
+        )
 
     def update(self, r: dict[str, Any]) -> None:
-        if self.bar is None:
+        if self.p is None:
             return
-        info = (
-            f"reward {r['reward']:.3f}  success {r['success']:.2f}  KL {r['approx_kl'] or 0:.4f}  "
-            f"clip {r['clip_fraction'] or 0:.3f}  {r['tokens_per_s']:.0f} tok/s"
-        )
-        self.bar.update(self.task, completed=r["step"], info=info)
+        self.p.line(grpo_line(r, self.total))
+        self.p.update(r["step"], f"reward {r['reward']:.3f}  success {r['success']:.2f}")
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        if self.p is not None:
+            self.p.close()
+
+
+def grpo_line(r: dict[str, Any], total: int) -> str:
+    """``grpo step 12/200  reward 0.412  success 0.375  KL 0.0012  entropy 1.83
+    1234 tok/s  step 2.31 s (wait 0.40 s)  lag 0.6``."""
+
+    def num(key: str, fmt: str) -> str:
+        v = r.get(key)
+        return "n/a" if v is None else format(v, fmt)
+
+    return (
+        f"grpo step {r['step']}/{total}  reward {r['reward']:.3f}  success {r['success']:.3f}  "
+        f"KL {num('approx_kl', '.4f')}  entropy {num('entropy', '.3f')}  "
+        f"{r['tokens_per_s']:.0f} tok/s  step {r['step_s']:.2f} s (wait {r['wait_s']:.2f} s)  "
+        f"lag {num('policy_lag', '.1f')}"
+    )

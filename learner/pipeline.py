@@ -8,8 +8,10 @@
 2. Test evaluation (``learner.test_tasks`` > 0): ``python -m rollout.eval
    --policy server --split test`` against the inference server, at the sampling
    temperature and greedily, before GRPO and after it.
-3. Summary: a table on stdout, ``summary.json``, ``curves.png`` (reward and
-   success over steps, the test results beside them) in the run directory.
+3. Summary: a table on stdout and in ``summary.txt``, ``summary.json``,
+   ``curves.png`` (reward and success over steps, the test results beside them) in
+   the run directory; with W&B or MLflow among ``logging.trackers``, the summary's
+   numbers and these files go to the training's tracker run too.
 
 Each phase leaves its result in the run directory and is skipped when a
 restarted run finds it there.
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from learner.embedded import Children
 from shared.config import RunConfig
+from shared.progress import Progress
 
 log = logging.getLogger("learner.train")
 Z95 = 1.959963984540054
@@ -70,15 +73,12 @@ def collect_demos(
     source = GroupSource([sidecar], auth_token=cfg.rollout.auth_token)
     groups = -(-cfg.sft.demos // DEMO_GROUP)
     got: set[str] = set()
-    t0 = time.monotonic()
-    while len(got) < groups:
-        for g in source.take(min(8, groups - len(got)), got):
-            got.add(g.group_id)
-        source.committed(sorted(got))
-        say(
-            f"demos: {len(got) * DEMO_GROUP}/{groups * DEMO_GROUP} "
-            f"episodes ({time.monotonic() - t0:.0f} s)"
-        )
+    with Progress("demos", groups * DEMO_GROUP, "episodes", enabled=cfg.logging.progress) as p:
+        while len(got) < groups:
+            for g in source.take(min(8, groups - len(got)), got):
+                got.add(g.group_id)
+            source.committed(sorted(got))
+            p.update(len(got) * DEMO_GROUP)
     source.flush_acks()
     children.stop_one("demo-sidecar")
     return demo_dir / "episodes"
@@ -134,10 +134,52 @@ def run_eval(
         "--set", f"web.url={web}", "--set", f"inference.urls={urls}",
         *(a for s in sets for a in ("--set", s)), "--out", str(out_dir),
     ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise RuntimeError(f"{split}-split evaluation failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    name = out_dir.name if out_dir.name.startswith(split) else f"{split}-step-{out_dir.name}"
+    log_file = out_dir.parent.parent / "logs" / f"eval-{name}.log"
+    out = run_with_progress(cmd, f"eval {name}", n, "episodes", log_file, timeout=3600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_with_progress(
+    cmd: list[str], phase: str, total: int, unit: str, log_file: Path, timeout: float
+) -> str:
+    """Run a child whose stderr carries ``[progress]`` lines (``shared.progress``) and show
+    its progress as this process's own (a bar on a terminal, lines elsewhere); its stderr
+    goes to ``log_file``. Returns its stdout; raises with the log's tail if it fails."""
+    import os
+    import threading
+
+    from shared.progress import Progress, parse_line
+
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PROGRESS_EVERY_S": "2"}
+    with (
+        log_file.open("a") as sink,
+        Progress(phase, total, unit) as progress,
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        ) as proc,
+    ):
+        stdout: list[str] = []
+        reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        watchdog = threading.Timer(timeout, proc.kill)  # a child that hangs is stopped
+        watchdog.start()
+        try:
+            for line in proc.stderr:
+                sink.write(line)
+                sink.flush()
+                got = parse_line(line)
+                if got is not None:
+                    progress.update(got[1], total=got[2])
+            rc = proc.wait()
+        finally:
+            watchdog.cancel()
+        reader.join()
+    if rc != 0:
+        tail = log_file.read_text()[-2000:]
+        raise RuntimeError(f"{phase} failed (exit {rc}; log {log_file}): {tail}")
+    return "".join(stdout)
 
 
 def evaluate_test(
@@ -198,12 +240,36 @@ def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minu
         "wall_minutes": round(wall_minutes, 2),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / "summary.txt").write_text(table(summary) + "\n")
     print(table(summary), flush=True)
     try:
         plot(run_dir, summary)
     except Exception as e:  # a missing plot must not lose the run's numbers
         log.warning("no plot: %s", e)
+    track_summary(cfg, run_dir, summary)
     return summary
+
+
+def track_summary(cfg: RunConfig, run_dir: Path, summary: dict) -> None:
+    """The summary's numbers (``test/...``, at the last step) and its files, in the same
+    W&B / MLflow run as the training's metrics (``logging.trackers``)."""
+    from learner.trackers import open_trackers
+
+    names = [n for n in cfg.logging.trackers if n in ("wandb", "mlflow")]
+    if not names:
+        return
+    try:
+        trackers = open_trackers(cfg, run_dir, names)
+    except Exception as e:  # the run's numbers are on disk already
+        log.warning("summary not sent to %s: %s", ", ".join(names), e)
+        return
+    try:
+        trackers.log(cfg.learner.steps, {"test": summary})
+        for name in ("summary.txt", "summary.json", "curves.png"):
+            if (run_dir / name).is_file():
+                trackers.artifact(run_dir / name)
+    finally:
+        trackers.close()
 
 
 def table(s: dict) -> str:

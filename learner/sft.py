@@ -15,8 +15,8 @@ exercise first (``copy_metrics.jsonl``) and ``sft.copy_rows`` mixes it into ever
 step. The embedded default starts instead from a base model pretrained on that
 exercise once (``python -m learner.base``, ``shared/assets/tiny_base``). The result
 is an Orbax checkpoint under ``DIR/checkpoints`` (``learner.init_checkpoint`` starts
-GRPO from it) and ``DIR/sft_metrics.jsonl``; a progress line goes to stderr every
-10 steps.
+GRPO from it) and ``DIR/sft_metrics.jsonl`` (every 10 steps); progress is a bar on a
+terminal and a ``[progress]`` line on stderr every 15 s elsewhere (``shared.progress``).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ import optax
 
 from shared.chat import ChatError, render_chat
 from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
+from shared.progress import Progress
 from shared.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("learner.sft")
-PROGRESS_EVERY = 10
+METRICS_EVERY = 10  # steps between sft_metrics.jsonl lines
 COPY_ROWS, COPY_LEN = 32, 256  # the copy exercise's steps: 32 rows of 256 tokens
 COPY_DECAY = 5  # its cosine schedule spans 5x its steps: the rate stays near the peak
 
@@ -198,7 +199,8 @@ def copy_exercise(
     state, step_fn = _compiled(model, mesh, lc)
     rng = np.random.default_rng(cfg.sft.seed + 1)
     loss, step, t0 = float("nan"), 0, time.perf_counter()
-    with (out_dir / "copy_metrics.jsonl").open("w") as metrics:
+    progress = Progress("copy exercise", n, "steps", enabled=cfg.logging.progress)
+    with (out_dir / "copy_metrics.jsonl").open("w") as metrics, progress:
         for step in range(1, n + 1):
             batch = copy_batch(rng, COPY_ROWS, COPY_LEN, model.cfg.vocab_size)
             state, m = step_fn(state, place_batch(batch, mesh))
@@ -207,13 +209,11 @@ def copy_exercise(
                 rec = {"step": step, "copy_loss": loss, "elapsed_s": time.perf_counter() - t0}
                 metrics.write(json.dumps(rec) + "\n")
                 metrics.flush()
-                print(
-                    f"copy step {step}/{n}  copy loss {loss:.4f}  {rec['elapsed_s']:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                progress.update(step, f"copy loss {loss:.4f}")
                 if stop_below is not None and loss < stop_below:
                     break
+            else:
+                progress.update(step)
     set_params(model, {k: np.asarray(v) for k, v in jax.device_get(state.params).items()})
     return loss, step
 
@@ -256,7 +256,8 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
     pad = model.cfg.pad_token_id or 0
     m: dict = {}
     t0 = time.perf_counter()
-    with (out_dir / "sft_metrics.jsonl").open("w") as metrics:
+    progress = Progress("SFT", cfg.sft.steps, "steps", enabled=cfg.logging.progress)
+    with (out_dir / "sft_metrics.jsonl").open("w") as metrics, progress:
         for step in range(1, cfg.sft.steps + 1):
             while len(order) < rows:  # epochs, each in a fresh order
                 order += rng.permutation(len(examples)).tolist()
@@ -266,19 +267,19 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
                 rows_np = join_batches(rows_np, copy_batch(rng, copies, t, model.cfg.vocab_size))
             batch = place_batch(rows_np, mesh)
             state, m = step_fn(state, batch)
-            if step % PROGRESS_EVERY == 0 or step == cfg.sft.steps:
+            if step % METRICS_EVERY == 0 or step == cfg.sft.steps:
                 m = {k: float(v) for k, v in jax.device_get(m).items()}
                 rec = {"step": step, **m, "elapsed_s": time.perf_counter() - t0}
                 metrics.write(json.dumps(rec) + "\n")
                 metrics.flush()
-                copy = f"copy loss {m['copy_loss']:.4f}  " if "copy_loss" in m else ""
-                print(
-                    f"sft step {step}/{cfg.sft.steps}  loss {m['loss']:.4f}  "
-                    f"action loss {m['action_loss']:.4f}  {copy}"
-                    f"lr {m['learning_rate']:.2e}  {rec['elapsed_s']:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
+                copy = f"  copy loss {m['copy_loss']:.4f}" if "copy_loss" in m else ""
+                info = (
+                    f"loss {m['loss']:.4f}  action loss {m['action_loss']:.4f}{copy}  "
+                    f"lr {m['learning_rate']:.2e}"
                 )
+                progress.update(step, info)
+            else:
+                progress.update(step)
     root = out_dir / "checkpoints"
     with Checkpointer(root, max_to_keep=1) as ckpt:
         ckpt.save(

@@ -29,8 +29,22 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.toml"
 
 
 def run_dir_of(cfg: RunConfig) -> Path:
-    name = cfg.logging.run_name or time.strftime("%Y%m%d-%H%M%S")
+    name = cfg.logging.run_name or _timestamp()
     return Path(cfg.logging.run_dir) / name
+
+
+def _timestamp() -> str:
+    """The time as a run name; with several learner processes, process 0's."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    import jax
+
+    if jax.process_count() == 1:
+        return stamp
+    import numpy as np
+    from jax.experimental.multihost_utils import broadcast_one_to_all
+
+    data = broadcast_one_to_all(np.frombuffer(stamp.encode(), np.uint8))
+    return np.asarray(data).tobytes().decode()
 
 
 def _raise_on_sigterm() -> None:
@@ -65,7 +79,7 @@ class DevEvaluator:
 def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.distributed import initialize
 
-    initialize(cfg.mesh)
+    primary = not initialize(cfg.mesh) or _process_index() == 0
     from learner.embedded import Children, start_embedded, start_sidecar
     from learner.loop import Trainer
     from learner.pipeline import evaluate_test, summarize, warm_start
@@ -74,8 +88,11 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     t_start = time.monotonic()
     run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _link_latest(run_dir)
+    if primary:
+        _link_latest(run_dir)
     print(f"run dir {run_dir}", flush=True)
+    if primary:
+        print(logs_line(cfg, run_dir), flush=True)
     overrides = list(args.overrides or [])
     cfg_args = (["--config", str(args.config)] if args.config else []) + [
         a for o in overrides for a in ("--set", o)
@@ -106,7 +123,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                     sidecar=False,
                 )
                 inference = [started["inference"]]
-            testing = cfg.learner.test_tasks > 0 and bool(web and inference)
+            testing = primary and cfg.learner.test_tasks > 0 and bool(web and inference)
 
             def test(tag: str) -> None:
                 for key, temp in ((tag, cfg.inference.temperature), (f"{tag}_greedy", 0.0)):
@@ -135,6 +152,29 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
         summarize(cfg, run_dir, results, (time.monotonic() - t_start) / 60)
         print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
+
+
+def logs_line(cfg: RunConfig, run_dir: Path) -> str:
+    """Where each process of the run writes its log, for the run's first lines."""
+    logs = run_dir / "logs"
+    names = []
+    if not cfg.rollout.urls:  # the embedded default starts its own children
+        names = (
+            ["web"] * (not cfg.web.url)
+            + ["demo-sidecar"] * bool(cfg.sft.demos and not cfg.learner.init_checkpoint)
+            + ["inference", "sidecar"]
+        )
+    parts = ["learner: this output", f"metrics: {run_dir / 'metrics.jsonl'}"]
+    parts += [f"{n}: {logs / n}.log" for n in names]
+    if cfg.learner.test_tasks:
+        parts.append(f"test evaluations: {logs}/eval-test-*.log")
+    return "logs: " + "; ".join(parts)
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def _link_latest(run_dir: Path) -> None:

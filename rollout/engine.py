@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import random
 import time
@@ -52,6 +51,8 @@ class EngineStats:
     step_ms: list[int] = field(default_factory=lambda: [0] * (len(STEP_BUCKETS_MS) + 1))
     step_ms_sum: float = 0.0
     recent: deque = field(default_factory=lambda: deque(maxlen=50))
+    reward_sum: float = 0.0  # over the episodes scored (infra errors are never scored)
+    scored: int = 0  # episodes that got a reward: the mean reward is reward_sum / scored
 
     def observe_steps(self, ms: float) -> None:
         i = next((i for i, b in enumerate(STEP_BUCKETS_MS) if ms <= b), len(STEP_BUCKETS_MS))
@@ -180,27 +181,54 @@ class RolloutEngine:
         return None
 
     def _remember(self, task: dict, env, trajs: list[Trajectory]) -> None:
-        """Keep the episode for the dashboard (with its last SoM screenshot, if any): its
-        steps, and its training sequences (one, or one per turn) with their lengths."""
-        traj = trajs[0]
+        """Keep the episode for the dashboard (:mod:`rollout.dashboard`): its steps (each
+        one's text and view cut to a bound), its reward and breakdown, its training
+        sequences (one, or one per turn) with their lengths, and its last SoM screenshot."""
+        traj, rec = trajs[0], env.record
         steps = [
-            {"action": s.action, "args": s.args, "summary": s.summary, "error": s.error,
-             "url": s.url, "ms": round(max(0.0, s.ended - s.started) * 1e3),
-             "raw": s.raw[:VIEW_RAW_CHARS], "view": s.observation[:VIEW_CHARS]}
-            for s in env.record.steps
+            {"index": s.index, "action": s.action, "args": s.args, "summary": s.summary,
+             "error": s.error, "note": s.note, "url": s.url,
+             "ms": round(max(0.0, s.ended - s.started) * 1e3),
+             "raw": s.raw[:VIEW_RAW_CHARS], "raw_chars": len(s.raw),
+             "view": s.observation[:VIEW_CHARS], "view_chars": len(s.observation)}
+            for s in rec.steps
         ]  # fmt: skip
         shot = getattr(env.backend, "last_screenshot", None)
+        shots = dict(getattr(env, "screenshots", {}))  # each step's marked view (som)
+        for st in steps:
+            st["screenshot"] = st["index"] in shots
+        self.stats.reward_sum += traj.reward
+        self.stats.scored += 1
         self.stats.recent.append(
-            {"task": task["id"], "question": task["question"], "status": traj.status,
-             "reward": traj.reward, "steps": steps,
+            {"id": rec.episode_id, "task": task["id"], "question": task["question"],
+             "template": task.get("template") or task.get("type") or "",
+             "expected": task.get("answer"), "answer": rec.answer, "mode": rec.mode,
+             "status": traj.status, "reward": traj.reward, "error": rec.error,
+             "breakdown": dict(rec.breakdown or traj.reward_parts),
+             "prompt": rec.user_prompt[:VIEW_CHARS], "steps": steps, "ended": time.time(),
              "trajectory": "per_turn" if traj.turn >= 0 else "sequence",
-             "sequences": [t.length for t in trajs],
-             "screenshot": base64.b64encode(shot).decode() if shot else None}
+             "sequences": [t.length for t in trajs], "timings": dict(traj.timings),
+             "screenshot": shot or None, "step_screenshots": shots}
         )  # fmt: skip
+        bound_screenshots(self.stats.recent, SCREENSHOT_BYTES)
+
+
+def bound_screenshots(recent, budget: int) -> None:
+    """At most ``budget`` bytes of per-step screenshots over the kept episodes: the oldest
+    episodes' go first (their last screenshot stays)."""
+    total = sum(len(b) for ep in recent for b in ep["step_screenshots"].values())
+    for ep in recent:  # oldest first
+        if total <= budget:
+            return
+        total -= sum(len(b) for b in ep["step_screenshots"].values())
+        ep["step_screenshots"] = {}
+        for st in ep["steps"]:
+            st["screenshot"] = False
 
 
 VIEW_CHARS = 6000  # of each step's observation kept for the dashboard (50 episodes x 50 steps)
 VIEW_RAW_CHARS = 600  # of the model's text
+SCREENSHOT_BYTES = 64 << 20  # of the kept episodes' per-step screenshots (~100 KB each)
 
 
 def _infra_trajectory(task: dict, group_id: str, i: int) -> Trajectory:

@@ -34,6 +34,7 @@ from rollout.env.core import InfraError
 from rollout.policies import OraclePolicy, oracle_options
 from rollout.procs import web_for
 from shared.config import RunConfig, add_config_args, config_from_args
+from shared.progress import Progress
 
 
 async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, index) -> dict:
@@ -112,14 +113,22 @@ async def run_all(cfg: RunConfig, args, tasks: list[dict], web_url: str, pool) -
     """Every task's episode, ``args.parallel`` at a time."""
     out = Path(args.out) if args.out else None
     sem = asyncio.Semaphore(args.parallel)
+    phase = f"eval {args.split}" if not args.tasks else "eval"
+    progress = Progress(phase, len(tasks), "episodes", enabled=cfg.logging.progress)
+    ok = 0
     async with aiohttp.ClientSession() as session:
 
         async def one(i: int, task: dict) -> dict:
+            nonlocal ok
             async with sem:
-                return await run_episode(task, args.mode, web_url, cfg, pool, session, out, i)
+                r = await run_episode(task, args.mode, web_url, cfg, pool, session, out, i)
+            ok += r["status"] != "infra_error" and r["reward"] >= 1.0
+            progress.advance(1, f"success {ok}")
+            return r
 
         t0 = time.monotonic()
-        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+        with progress:
+            results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
         wall = time.monotonic() - t0
     return summarise(args, results, wall)
 

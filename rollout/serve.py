@@ -10,7 +10,8 @@ servers the config names, and serves finished GRPO groups to the learner:
                                              them (pause, update, continue)
   GET  /health                               "ok"
   GET  /metrics                              Prometheus text
-  GET  /                                     a live dashboard of recent episodes
+  GET  /                                     a live dashboard: curves, recent episodes,
+                                             each episode step by step (``rollout.dashboard``)
 
 Binds to 127.0.0.1 by default. With ``rollout.auth_token`` set, every endpoint
 wants ``Authorization: Bearer <token>``; request bodies are capped at
@@ -26,7 +27,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import html
 import itertools
 import json
 import signal
@@ -47,6 +47,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from rollout import dashboard
 from rollout.buffer import TrajectoryBuffer
 from rollout.engine import STEP_BUCKETS_MS, EngineStats, RolloutEngine, cycle_tasks
 from rollout.env import browsers_for
@@ -229,77 +230,6 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _step_html(st: dict) -> str:
-    """One step, collapsed to its line ("3. click(12) -> Opened ..., 240 ms"); opened, the
-    model's text and the observation it got back (in som mode the numbered view)."""
-    call = f"{st['action']}({json.dumps(st['args'])[:120]})" if st["action"] else "(no action)"
-    result = st["summary"] or st["error"] or ""
-    err = " class=err" if st["error"] else ""
-    line = f"{html.escape(call)} &rarr; {html.escape(result)} <small>{st.get('ms', 0)} ms</small>"
-    body = ""
-    if st.get("url"):
-        body += f"<div class=url>{html.escape(st['url'])}</div>"
-    if st.get("raw"):
-        body += f"<pre class=raw>{html.escape(st['raw'])}</pre>"
-    if st.get("view"):
-        body += f"<pre class=view>{html.escape(st['view'])}</pre>"
-    return f"<li{err}><details class=step><summary>{line}</summary>{body}</details></li>"
-
-
-def episode_html(ep: dict) -> str:
-    """One episode's row: its steps collapsed under one line (the count and the last
-    step), each step opening on its own; the last marked screenshot, if any."""
-    steps = ep["steps"]
-    last = steps[-1] if steps else None
-    head = f"{len(steps)} step{'s' if len(steps) != 1 else ''}"
-    if last is not None:
-        head += f", last: {last['action'] or '(no action)'}"
-    items = "".join(_step_html(st) for st in steps)
-    shot = (
-        f'<img class="som" width="320" alt="last view" src="data:image/png;base64,{ep["screenshot"]}">'
-        if ep.get("screenshot")
-        else ""
-    )
-    return (
-        f"<tr><td>{html.escape(ep['task'])}</td><td>{html.escape(ep['question'])}</td>"
-        f"<td>{html.escape(ep['status'])}</td><td class=reward>{ep['reward']:.2f}</td>"
-        f"<td class=seqs>{_sequences(ep.get('sequences', []))}</td>"
-        f"<td><details class=steps><summary>{html.escape(head)}</summary><ol>{items}</ol>"
-        f"</details></td><td>{shot}</td></tr>"
-    )
-
-
-# reload every 5 s, but not while a step is open (a reload would close it)
-_REFRESH_JS = """setInterval(() => {
-  if (!document.querySelector('details[open]')) location.reload();
-}, 5000);"""
-
-
-async def dashboard(request: web.Request) -> web.Response:
-    engine = request.app[ENGINE]
-    s = engine.stats
-    rows = [episode_html(ep) for ep in reversed(engine.stats.recent)]
-    body = f"""<!doctype html><html><head><meta charset="utf-8"><title>Rollout sidecar</title>
-<style>pre {{ white-space: pre-wrap; max-height: 24em; overflow: auto; background: #f6f6f6; }}
-li.err > details > summary {{ color: #b00; }} td {{ vertical-align: top; }}</style>
-<script>{_REFRESH_JS}</script></head><body>
-<h1>Rollout sidecar</h1>
-<p id="summary">episodes {s.episodes} &middot; groups {s.groups} &middot; dropped {s.groups_dropped}
-&middot; infra errors {s.infra_errors} &middot; buffer {engine.buffer.depth} &middot;
-policy version {engine.version}</p>
-<table id="episodes"><tr><th>task</th><th>question</th><th>status</th><th>reward</th><th>tokens</th><th>steps</th><th>view</th></tr>
-{"".join(rows)}</table></body></html>"""
-    return web.Response(text=body, content_type="text/html")
-
-
-def _sequences(lengths: list[int]) -> str:
-    """The episode's training sequences: "812" (one, rollout.trajectory = "sequence") or
-    "7 turns, longest 640" (``per_turn``)."""
-    if len(lengths) == 1:
-        return str(lengths[0])
-    return f"{len(lengths)} turns, longest {max(lengths, default=0)}"
-
-
 def make_app(engine: RolloutEngine, cfg: RunConfig) -> web.Application:
     app = web.Application(
         client_max_size=cfg.rollout.max_request_bytes,
@@ -311,7 +241,7 @@ def make_app(engine: RolloutEngine, cfg: RunConfig) -> web.Application:
     app.router.add_post("/weights", weights)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/", dashboard)
+    dashboard.register(app, engine)
     return app
 
 

@@ -316,10 +316,10 @@ class LearnerConfig:
     )
     scale_rewards: bool = option(True, "Divide advantages by the group std (off: Dr. GRPO).")
     adv_std: Literal["population", "sample"] = option(
-        "population",
-        "The group std advantages are divided by: `population` (ddof 0) or `sample` (ddof 1, "
-        "as verl and TRL: advantages sqrt((G-1)/G) as large, 0.94x at G = 8, 0.71x at G = 2). "
-        "A recipe taken from those stacks wants `sample`.",
+        "sample",
+        "The group std advantages are divided by: `sample` (ddof 1, as verl and TRL divide "
+        "by) or `population` (ddof 0: advantages sqrt(G/(G-1)) as large, 1.07x at G = 8, "
+        "1.41x at G = 2).",
     )
     tis_cap: float = option(
         2.0, "Cap of the truncated importance weight rollout vs learner; 0 disables.", ge=0
@@ -487,6 +487,29 @@ class LoggingConfig:
     every_steps: int = option(1, "Steps between metric lines.", ge=1)
     progress: bool = option(True, "Show a progress bar on a terminal.")
     level: Literal["debug", "info", "warning", "error"] = option("info", "Log level.")
+    trackers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = option(
+        ("jsonl", "tensorboard"),
+        "Where the learner's metrics go: `jsonl` (`metrics.jsonl` in the run directory; the "
+        "summary's plot reads it), `tensorboard` (`<run>/tensorboard`; off, with a warning, "
+        "without tensorboardX), `wandb` (Weights & Biases) and `mlflow`. W&B and MLflow also get "
+        "the run config as parameters and the summary table and `curves.png` as files; they "
+        "need the `trackers` extra (`make setup-test` installs its locked versions).",
+    )
+    wandb_mode: Literal["offline", "online"] = option(
+        "offline",
+        "W&B mode: `offline` writes `<run>/wandb/offline-run-*` with no network or API key "
+        "(upload later with `wandb sync`); `online` streams to the server (needs a login).",
+    )
+    wandb_project: str = option("deep-research-harness", "W&B project of the run.")
+    wandb_entity: str | None = option(
+        None, "W&B entity (user or team); unset: the logged-in account's default."
+    )
+    mlflow_tracking_uri: str | None = option(
+        None,
+        "MLflow tracking URI (`http://host:5000`, `sqlite:////abs/mlflow.db`); unset: "
+        "$MLFLOW_TRACKING_URI, else a SQLite store in `<run>/mlflow` (no server).",
+    )
+    mlflow_experiment: str = option("deep-research-harness", "MLflow experiment of the run.")
 
 
 @dataclass(frozen=True)
@@ -605,6 +628,8 @@ def _coerce(key: str, hint: Any, f: dataclasses.Field, value: Any, source: str) 
     if origin is tuple:
         item = args[0]
         if not isinstance(value, list | tuple):
+            if typing.get_origin(item) is Literal:
+                raise fail(f"a list, each one of {', '.join(map(repr, typing.get_args(item)))}")
             raise fail(f"a list of {item.__name__}")
         return tuple(_coerce(f"{key}[{i}]", item, f, v, source) for i, v in enumerate(value))
     if hint is bool:

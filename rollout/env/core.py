@@ -99,6 +99,7 @@ class Environment:
         self.tracker: EpisodeTracker | None = None
         self.done = False
         self.first: Observation | None = None
+        self.screenshots: dict[int, bytes] = {}  # step index -> the PNG its observation had
 
     # ------------------------------------------------------------------ prompts
 
@@ -235,6 +236,8 @@ class Environment:
             ended=time.time(),
             note=getattr(action, "note", "") or "",
         )
+        if obs.screenshot is not None:
+            self.screenshots[step.index] = obs.screenshot
         if self.tracker is not None:
             self.tracker.log_step(step)
         else:

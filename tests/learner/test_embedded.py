@@ -64,7 +64,11 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
     assert len(list((run / "demos" / "episodes").glob("*.trajectory.jsonl"))) >= 8
     assert (run / "sft" / "sft.jsonl").read_text().count("\n") >= 1
     assert (run / "sft" / "checkpoints" / "2").is_dir()
-    assert "starting from" in out.stderr and "sft step 2/2" in out.stderr
+    assert "starting from" in out.stderr and "[progress] SFT: 2/2 steps" in out.stderr
+    # every phase's progress and every GRPO step in a log that is not a terminal
+    for phase in ("demos", "SFT", "eval test-before-t1", "eval test-after-greedy", "GRPO"):
+        assert f"[progress] {phase}: " in out.stderr, phase
+    assert out.stderr.count("grpo step ") == 3
     # Test split before and after, at the sampling temperature and greedily.
     for name in ("before-t1", "before-greedy", "after-t1", "after-greedy"):
         result = json.loads((run / "eval" / f"test-{name}" / "result.json").read_text())

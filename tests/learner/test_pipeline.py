@@ -276,3 +276,39 @@ def test_sft_starts_from_init_checkpoint(demos, tmp_path):
     with pytest.raises(FileNotFoundError):
         sft["init_checkpoint"] = str(tmp_path / "missing")
         train_sft(from_dict({**base, "sft": sft}), data, tmp_path / "c")
+
+
+def test_a_childs_progress_is_shown_as_the_parents_and_its_log_kept(tmp_path, capfd):
+    from learner.pipeline import run_with_progress
+
+    child = (
+        "import sys, time\n"
+        "from shared.progress import Progress\n"
+        "with Progress('eval test', 3, 'episodes') as p:\n"
+        "    for i in range(3):\n"
+        "        time.sleep(0.05); p.advance(1)\n"
+        "print('a note', file=sys.stderr)\n"
+        "print('{\"n\": 3}')\n"
+    )
+    log = tmp_path / "logs" / "eval-test.log"
+    out = run_with_progress(
+        [sys.executable, "-c", child], "eval test-before", 3, "episodes", log, timeout=60
+    )
+    assert json.loads(out) == {"n": 3}
+    assert "a note" in log.read_text() and "[progress] eval test: 3/3" in log.read_text()
+    err = capfd.readouterr().err
+    assert "[progress] eval test-before: 0/3 episodes" in err
+    assert "[progress] eval test-before: 3/3 episodes (100%)" in err
+
+    with pytest.raises(RuntimeError, match="exit 3"):
+        run_with_progress(
+            [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"],
+            "x", 1, "", tmp_path / "x.log", timeout=60,
+        )  # fmt: skip
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="x failed"):  # a hung child is stopped
+        run_with_progress(
+            [sys.executable, "-c", "import time; time.sleep(60)"], "x", 1, "",
+            tmp_path / "y.log", timeout=1,
+        )  # fmt: skip
+    assert time.monotonic() - t0 < 20

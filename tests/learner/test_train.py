@@ -114,7 +114,12 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
     warm = _warm_start(tmp_path / "warm")  # with a KL reference a restart must restore
     # the same batches for both runs: every group has reward variance, none is dropped
     one = FixedSidecar(data)
-    subprocess.run(_args(one.url, tmp_path, "straight", warm), cwd=REPO, check=True, timeout=300)
+    out = subprocess.run(
+        _args(one.url, tmp_path, "straight", warm), cwd=REPO, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    _check_log(out, tmp_path / "straight")
 
     two = FixedSidecar(data)
     proc = subprocess.Popen(_args(two.url, tmp_path, "crashed", warm), cwd=REPO)
@@ -141,3 +146,20 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, fault):
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert [r["step"] for r in lines][-1] == STEPS
     row["observed"] = "identical parameters and data cursor; every group acknowledged"
+
+
+def _check_log(out: subprocess.CompletedProcess, run: Path) -> None:
+    """Output to a pipe (a cluster's log file): the logs named first, one line per GRPO
+    step with every field, no backend-probe noise."""
+    head = out.stdout.splitlines()[:2]
+    assert head[0] == f"run dir {run}" and head[1].startswith("logs: learner: this output")
+    assert str(run / "metrics.jsonl") in head[1]
+    steps = [x for x in out.stderr.splitlines() if "grpo step " in x]
+    assert [x.split("grpo step ")[1].split()[0] for x in steps] == [
+        f"{i}/{STEPS}" for i in range(1, STEPS + 1)
+    ], out.stderr[-3000:]
+    for field in ("reward ", "success ", "KL ", "entropy ", " tok/s", "s (wait ", "lag "):
+        assert all(field in x for x in steps), (field, steps[0])
+    assert "n/a" not in steps[-1].split("lag")[0]  # KL and entropy are measured every step
+    assert "[progress] GRPO: 0/6 steps" in out.stderr and "GRPO: 6/6 steps" in out.stderr
+    assert "Unable to initialize backend" not in out.stderr

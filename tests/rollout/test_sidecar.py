@@ -71,13 +71,14 @@ async def test_the_bearer_token_is_required_everywhere(sidecar, fault):
             ("GET", "/batch"),
             ("GET", "/metrics"),
             ("GET", "/"),
+            ("GET", "/api/summary"),
             ("POST", "/weights"),
         ]:
             async with s.request(method, url + path) as r:
                 assert r.status == 401, path
         async with s.get(url + "/health", headers={"Authorization": "Bearer wrong"}) as r:
             assert r.status == 401
-    row["observed"] = "401 on /batch, /metrics, /, /weights, /health"
+    row["observed"] = "401 on /batch, /metrics, /, /api/summary, /weights, /health"
 
 
 @pytest.mark.reliability
@@ -113,11 +114,13 @@ async def test_the_dashboard_in_a_real_browser(sidecar, browser):
     try:
         page = await ctx.new_page()
         await page.goto(url + "/")
-        assert "episodes" in await page.inner_text("#summary")
-        await page.wait_for_function("document.querySelectorAll('#episodes tr').length > 1")
-        rows = await page.locator("#episodes tr").count()
-        assert rows > 1
+        await page.wait_for_selector("#episodes tbody tr")  # (the page's CSP forbids eval)
+        assert "EPISODES" in (await page.inner_text("#counters")).upper()
+        assert await page.locator("#chart-success_rate svg").count() == 1
         assert await page.locator("#episodes td.reward").first.inner_text()
+        await page.locator("#episodes tbody tr td.task a").first.click()
+        await page.wait_for_selector("#steps li.step")
+        assert "/episode/" in page.url
     finally:
         await ctx.close()
 

@@ -48,8 +48,11 @@ async def test_model_groups_in_som_mode_are_well_formed(web_url, local_web, tmp_
                 }
                 async with s.get(f"{url}/batch", params=params) as r:
                     groups += decode_groups(await r.read())
-            async with s.get(url + "/") as r:  # the dashboard shows the marked views
-                assert '<img class="som"' in await r.text()
+            async with s.get(url + "/api/episodes") as r:  # the dashboard has marked views
+                shown = [e for e in (await r.json())["episodes"] if e["has_screenshot"]]
+            assert shown
+            async with s.get(f"{url}/episode/{shown[0]['id']}/screenshot.png") as r:
+                assert r.content_type == "image/png" and (await r.read())[:4] == b"\x89PNG"
             await _new_weights_reach_the_server(s, url, serve_url, tmp_path)
     finally:
         stop_server(sidecar)

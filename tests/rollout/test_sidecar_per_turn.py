@@ -25,8 +25,8 @@ async def test_per_turn_groups_hold_each_episodes_turns(web_url, tmp_path):
             async with s.get(f"{url}/batch", params={"groups": "2", "timeout": "60"}) as r:
                 assert r.status == 200
                 groups = decode_groups(await r.read())
-            async with s.get(f"{url}/") as r:
-                page = await r.text()
+            async with s.get(f"{url}/api/episodes") as r:
+                shown = (await r.json())["episodes"]
     finally:
         stop_server(proc)
     assert groups
@@ -40,4 +40,5 @@ async def test_per_turn_groups_hold_each_episodes_turns(web_url, tmp_path):
         for t in g.trajectories:  # a prompt (mask 0), then that turn's generated tokens
             gen = np.flatnonzero(t.loss_mask)
             assert gen.size and gen[-1] == t.length - 1 and (np.diff(gen) == 1).all()
-    assert "<th>tokens</th>" in page and ("turns, longest" in page or "<td class=seqs>" in page)
+    assert shown and all(e["trajectory"] == "per_turn" for e in shown)
+    assert all(len(e["sequences"]) == e["num_steps"] for e in shown)  # one sequence per turn
