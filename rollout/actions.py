@@ -1,8 +1,10 @@
 """The agent's actions: one typed, frozen dataclass per action and one table per mode.
 
-The table :data:`ACTIONS` is the single source of what a mode allows. The parser
-reads action names, argument names, types and order from it, and
-:func:`describe_actions` renders the text the model sees in its system prompt
+The table :data:`ACTIONS` is the single source of what a mode allows: a read-only
+view, by environment kind, of the tables the kinds registered in
+:data:`rollout.registry.envs` carry (the in-tree ones, :data:`BUILTIN_ACTIONS`, and
+any a plugin adds). The parser reads action names, argument names, types and order
+from it, and :func:`describe_actions` renders the text the model sees in its system prompt
 from it, examples included, so what the model is told and what the parser
 accepts cannot drift apart. Each example is written in its mode's dialect and
 parses to the table's ``example_action`` (a test checks this).
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from rollout.registry import envs
+
 Mode = Literal["api", "playwright", "som"]
-MODES: tuple[str, ...] = ("api", "playwright", "som")
+MODES: tuple[str, ...] = ("api", "playwright", "som")  # the in-tree kinds; envs.names(): all
 
 # The site every example points at: the local web's default address.
 EXAMPLE_SITE = "http://127.0.0.1:8900"
@@ -338,19 +342,38 @@ def _som_table() -> tuple[ActionSpec, ...]:
     )
 
 
-ACTIONS: Mapping[str, tuple[ActionSpec, ...]] = {
+BUILTIN_ACTIONS: Mapping[str, tuple[ActionSpec, ...]] = {
     "api": _api_table(),
     "playwright": _playwright_table(),
     "som": _som_table(),
 }
 
-_INTROS = {
-    "api": (
+
+class _Tables(Mapping[str, tuple[ActionSpec, ...]]):
+    """Every registered environment kind's action table, by kind name."""
+
+    def __getitem__(self, mode: str) -> tuple[ActionSpec, ...]:
+        return envs.get(mode).actions
+
+    def __contains__(self, mode: object) -> bool:
+        return mode in envs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(envs.names())
+
+    def __len__(self) -> int:
+        return len(envs.names())
+
+
+ACTIONS: Mapping[str, tuple[ActionSpec, ...]] = _Tables()
+
+# How each dialect is introduced in the system prompt (a kind may bring its own).
+DIALECT_INTROS = {
+    "xml": (
         "Write your reasoning if you like, then exactly one action as XML tags: "
-        "<action>NAME</action> followed by one tag per argument. The short forms "
-        "<search>...</search>, <visit>...</visit> and <answer>...</answer> also work."
+        "<action>NAME</action> followed by one tag per argument."
     ),
-    "playwright": (
+    "call": (
         "Write your reasoning if you like, then exactly one action as a Python call, "
         "bare or in a ```python block. Arguments must be literals (quoted strings, "
         "numbers), positional or by keyword; the call is read, never executed."
@@ -359,6 +382,17 @@ _INTROS = {
         "The page's interactive elements are numbered inline, like [3]. Write your "
         "reasoning if you like, then exactly one action as a call, e.g. click(3); the "
         'bracket form click [3] and type [5] "text" also works.'
+    ),
+}
+API_INTRO = DIALECT_INTROS["xml"] + (
+    " The short forms <search>...</search>, <visit>...</visit> and <answer>...</answer> also work."
+)
+COMPACT_DIALECT_INTROS = {
+    "xml": "Reply with exactly one action as XML tags.",
+    "call": "Reply with exactly one action as a Python call.",
+    "som": (
+        "The page's interactive elements are numbered inline, like [3]. "
+        "Reply with exactly one action as a call."
     ),
 }
 
@@ -375,16 +409,6 @@ def action_names(mode: str) -> tuple[str, ...]:
     return tuple(spec.name for spec in ACTIONS[mode])
 
 
-_COMPACT_INTROS = {
-    "api": "Reply with exactly one action as XML tags.",
-    "playwright": "Reply with exactly one action as a Python call.",
-    "som": (
-        "The page's interactive elements are numbered inline, like [3]. "
-        "Reply with exactly one action as a call."
-    ),
-}
-
-
 def describe_actions(
     mode: str, allowed_hosts: tuple[str, ...] = (), *, compact: bool = False
 ) -> str:
@@ -393,14 +417,13 @@ def describe_actions(
     ``compact``: one line per action (signature and example), no documentation: a
     quarter of the tokens, for policies with a short context.
     """
-    if mode not in ACTIONS:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    kind = envs.get(mode)  # an unknown mode: ValueError naming the registered ones
     if compact:
-        lines = [_COMPACT_INTROS[mode], "Actions:"]
-        lines += [f"- {spec.signature()}, e.g. {spec.example}" for spec in ACTIONS[mode]]
+        lines = [kind.compact_intro or COMPACT_DIALECT_INTROS[kind.dialect], "Actions:"]
+        lines += [f"- {spec.signature()}, e.g. {spec.example}" for spec in kind.actions]
     else:
-        lines = [_INTROS[mode], "", "Actions:"]
-        for spec in ACTIONS[mode]:
+        lines = [kind.intro or DIALECT_INTROS[kind.dialect], "", "Actions:"]
+        for spec in kind.actions:
             lines.append(f"- {spec.signature()}: {spec.doc}")
             lines.extend(f"    {p.name}: {p.doc}" for p in spec.params)
             lines.append(f"    Example: {spec.example}")

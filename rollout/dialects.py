@@ -1,13 +1,15 @@
 """The dialects agents write actions in, read from free text into a :class:`Candidate`.
 
-- ``api``: XML tags, ``<action>search</action><query>...</query>``, or the Search-R1
-  short form ``<search>...</search>``; a missing closing tag at the end is tolerated.
-- ``playwright``: a Python call, bare or in a code fence, read with :mod:`ast`
-  (arguments through ``ast.literal_eval``); nothing is ever executed.
-- ``som``: the same calls plus the bracket form ``click [3]``, ``type [5] "text"``.
+- ``xml`` (api mode): XML tags, ``<action>search</action><query>...</query>``, or the
+  Search-R1 short form ``<search>...</search>``; a missing closing tag at the end is
+  tolerated.
+- ``call`` (playwright mode): a Python call, bare or in a code fence, read with
+  :mod:`ast` (arguments through ``ast.literal_eval``); nothing is ever executed.
+- ``som`` (som mode): the same calls plus the bracket form ``click [3]``, ``type [5] "text"``.
 
-A reader finds the first action in the text and counts the further ones; it
-returns a :class:`Candidate` (the name as written and the raw argument values),
+A mode (an environment kind, :class:`rollout.registry.EnvKind`) names its dialect and
+brings its own action table. A reader finds the first action in the text and counts
+the further ones; it returns a :class:`Candidate` (the name as written and the raw argument values),
 a :class:`ParseError` when the text holds an action it cannot read, or None when
 there is no action at all. Matching a candidate against the mode's table and
 checking its arguments is the parser's job (:mod:`rollout.parser`). Every regular
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-from rollout.actions import ACTIONS, action_names, spec_for
+from rollout.actions import ACTIONS, spec_for
+from rollout.registry import EnvKind, envs
 
 MAX_CALL_CHARS = 64_000  # longest single action call read
 MAX_CANDIDATES = 32  # call-like matches tried before giving up
@@ -94,7 +97,7 @@ def read_xml(text: str, mode: str) -> Found:
     tags = [
         _Tag(m.start(), m.end(), bool(m.group(1)), m.group(2).lower()) for m in _TAG.finditer(text)
     ]
-    starts = _xml_starts(mode)
+    starts = _xml_starts(envs.get(mode))
     first = next((i for i, t in enumerate(tags) if not t.closing and t.name in starts), None)
     if first is None:
         return _xml_without_action(tags, mode)
@@ -107,9 +110,9 @@ def read_xml(text: str, mode: str) -> Found:
 
 
 @cache
-def _xml_starts(mode: str) -> frozenset[str]:
+def _xml_starts(kind: EnvKind) -> frozenset[str]:
     """Tags that open an action: ``action`` and the short forms of one-argument actions."""
-    return frozenset({"action"} | {s.name for s in ACTIONS[mode] if len(s.params) == 1})
+    return frozenset({"action"} | {s.name for s in kind.actions if len(s.params) == 1})
 
 
 def _action_block(text: str, tags: list[_Tag], i: int, mode: str) -> tuple[Candidate, int]:
@@ -123,7 +126,7 @@ def _action_block(text: str, tags: list[_Tag], i: int, mode: str) -> tuple[Candi
     spec = spec_for(mode, name)
     wanted = {p.xml_tag: p.name for p in spec.params} if spec else {}
     keywords: dict[str, Any] = {}
-    starts = _xml_starts(mode)
+    starts = _xml_starts(envs.get(mode))
     while j < len(tags):
         tag = tags[j]
         if not tag.closing and tag.name in wanted and wanted[tag.name] not in keywords:
@@ -148,7 +151,7 @@ def _short_form(text: str, tags: list[_Tag], i: int, mode: str) -> tuple[Candida
 def _tag_value(text: str, tags: list[_Tag], i: int, mode: str) -> tuple[str, int, int]:
     """Content of the tag at ``i``: up to its closing tag, else (missing close) up to the
     next action tag or the end. Returns (content, end index in text, next tag index)."""
-    name, starts = tags[i].name, _xml_starts(mode)
+    name, starts = tags[i].name, _xml_starts(envs.get(mode))
     for k in range(i + 1, len(tags)):
         tag = tags[k]
         if tag.closing and tag.name == name:
@@ -192,9 +195,9 @@ _UNKNOWN_CALL = re.compile(
 
 
 @cache
-def _call_pattern(mode: str) -> re.Pattern[str]:
-    names = sorted(action_names(mode), key=len, reverse=True)
-    opener = r"[(\[]" if mode == "som" else r"\("
+def _call_pattern(kind: EnvKind) -> re.Pattern[str]:
+    names = sorted((s.name for s in kind.actions), key=len, reverse=True)
+    opener = r"[(\[]" if kind.dialect == "som" else r"\("
     return re.compile(rf"\b({'|'.join(names)})\b[ \t]{{0,8}}{opener}", re.I)
 
 
@@ -210,7 +213,7 @@ def read_call(text: str, mode: str) -> Found:
 
 
 def _read_call(text: str, mode: str) -> Found:
-    pattern = _call_pattern(mode)
+    pattern = _call_pattern(envs.get(mode))
     for start, stop in [*_code_regions(text), (0, len(text))]:
         matches = list(pattern.finditer(text, start, stop))
         first_error: ParseError | None = None

@@ -31,7 +31,7 @@ from rollout.buffer import TrajectoryBuffer
 from rollout.env import episode_lease, make_env
 from rollout.episode import Context, Limits, run_episode, run_episode_turns
 from rollout.inference import InferenceClient, Sampling
-from rollout.policies import NoisyOraclePolicy, OraclePolicy, oracle_options
+from rollout.policies import scripted_oracle
 from shared.config import RunConfig
 from shared.tokenizer import Tokenizer
 from shared.wire import Trajectory, TrajectoryGroup
@@ -136,7 +136,7 @@ class RolloutEngine:
         """The episode's sequences: one (``sequence``) or one per turn (``per_turn``)."""
         from rollout.browser_pool import BrowserLost
 
-        mode = self.cfg.env.mode
+        mode = self.cfg.env.kind
         episode_id = f"{group_id}-{i}-{attempt}".replace("/", "_")
         async with self._episodes:
             try:
@@ -169,16 +169,14 @@ class RolloutEngine:
                 return [_infra_trajectory(task, group_id, i)]
 
     def _scripted(self, task: dict, i: int):
+        """The environment kind's scripted oracle when ``rollout.policy`` asks for one."""
         r = self.cfg.rollout
-        how = oracle_options(r)
-        if r.policy == "oracle":
-            return OraclePolicy(task, self.cfg.env.mode, self.web_url, **how).next
-        if r.policy == "noisy_oracle":
-            seed = self.rng.randrange(2**31)
-            return NoisyOraclePolicy(
-                task, self.cfg.env.mode, self.web_url, p=r.oracle_noise, seed=seed, **how
-            ).next
-        return None
+        if r.policy not in ("oracle", "noisy_oracle"):
+            return None
+        noisy = r.policy == "noisy_oracle"
+        seed = self.rng.randrange(2**31) if noisy else 0
+        kind = self.cfg.env.kind
+        return scripted_oracle(kind, task, self.web_url, r, noisy=noisy, seed=seed).next
 
     def _remember(self, task: dict, env, trajs: list[Trajectory]) -> None:
         """Keep the episode for the dashboard (:mod:`rollout.dashboard`): its steps (each

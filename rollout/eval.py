@@ -1,7 +1,10 @@
-"""`python -m rollout.eval --mode api|playwright|som --policy oracle|server --split test --n N`.
+"""`python -m rollout.eval [--config FILE] [--mode KIND] --policy oracle|server --split test --n N`.
 
-Runs episodes through the full harness (environment, parser, verifiers,
-progress tracker) and prints a final JSON line:
+Runs episodes of the config's environment (``env.kind``; ``--mode`` overrides it:
+``api``, ``playwright``, ``som`` or any registered kind) on the tasks of its task
+source (``rollout.task_source``: the generator's ``--split`` by default) through the
+full harness (environment, parser, verifiers, progress tracker) and prints a final
+JSON line:
 ``{"mode", "policy", "n", "success_rate", "mean_reward", "mean_steps",
 "step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
 episode's progress file and trajectory record land in DIR. ``--policy server``
@@ -10,9 +13,9 @@ the same harness and the configured sampling. ``--archive record`` writes every
 response the episodes get to a WARC archive (``OUT/archive`` or ``--archive-dir``),
 ``--archive replay`` answers them from it with nothing sent to the network (the
 local web need not run: ``--set web.url=...`` names where it was). ``--tasks FILE``
-runs tasks from a JSONL file of the same schema instead of the generator (their
-URLs must be allowed: extend ``env.allowed_hosts``). The local web is started as
-a child process unless ``web.url`` names a running one.
+runs tasks from a JSONL file of the same schema instead (``rollout.task_source =
+"file"``; their URLs must be allowed: extend ``env.allowed_hosts``). The local web is
+started as a child process unless ``web.url`` names a running one.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import aiohttp
 from rollout.browser_pool import BrowserLost
 from rollout.env import browsers_for, episode_lease, make_env
 from rollout.env.core import InfraError
-from rollout.policies import OraclePolicy, oracle_options
+from rollout.policies import scripted_oracle
 from rollout.procs import web_for
+from rollout.registry import RegistryError, TaskRequest, envs, task_sources
 from shared.config import RunConfig, add_config_args, config_from_args
 from shared.progress import Progress
 
@@ -50,7 +54,7 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
                 return await _model_episode(env, task, cfg, session)
             try:
                 await env.reset(task)
-                policy = OraclePolicy(task, mode, web_url, **oracle_options(cfg.rollout))
+                policy = scripted_oracle(mode, task, web_url, cfg.rollout)
                 text, times = env.user_prompt(), []
                 while True:
                     r = await env.step(policy.next(text))
@@ -86,16 +90,10 @@ async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
 
 
 def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[dict]:
-    if args.tasks:
-        with open(args.tasks, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()][: args.n]
-    from rollout.tasks.generate import generate
-    from rollout.web.build import load
-
-    return generate(
-        load(cfg.web.cache_dir), args.split, args.n, cfg.rollout.task_types, args.seed, web_url,
-        cfg.rollout.task_templates,
-    )  # fmt: skip
+    """``args.n`` tasks of ``args.split`` from the config's task source (``rollout.task_source``)."""
+    source = task_sources.get(cfg.rollout.task_source)
+    tasks = list(source(TaskRequest(cfg, web_url, args.split, args.n, args.seed)))
+    return tasks[: args.n]
 
 
 async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
@@ -113,7 +111,8 @@ async def run_all(cfg: RunConfig, args, tasks: list[dict], web_url: str, pool) -
     """Every task's episode, ``args.parallel`` at a time."""
     out = Path(args.out) if args.out else None
     sem = asyncio.Semaphore(args.parallel)
-    phase = f"eval {args.split}" if not args.tasks else "eval"
+    split = getattr(args, "split", None)
+    phase = "eval" if cfg.rollout.task_source == "file" or not split else f"eval {split}"
     progress = Progress(phase, len(tasks), "episodes", enabled=cfg.logging.progress)
     ok = 0
     async with aiohttp.ClientSession() as session:
@@ -157,7 +156,11 @@ def summarise(args: argparse.Namespace, results: list[dict], wall: float) -> dic
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollout.eval", description=__doc__)
     add_config_args(p)
-    p.add_argument("--mode", choices=("api", "playwright", "som"), required=True)
+    p.add_argument(
+        "--mode",
+        help="the environment kind (default: the config's env.kind): api, playwright, som, "
+        "or any registered one",
+    )
     p.add_argument(
         "--policy",
         choices=("oracle", "server"),
@@ -169,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--parallel", type=int, default=4, help="episodes at once")
     p.add_argument("--out", help="directory for progress files and trajectory records")
-    p.add_argument("--tasks", help="a JSONL file of tasks to run instead of generated ones")
+    p.add_argument(
+        "--tasks",
+        help="a JSONL file of tasks to run (rollout.task_source = 'file', rollout.tasks_file)",
+    )
     p.add_argument(
         "--archive", choices=("off", "record", "replay"),
         help="record every response the episodes get, or replay them from the archive "
@@ -196,15 +202,35 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--archive needs --archive-dir (or --out, whose archive/ it then uses)")
         archive["archive_dir"] = str(Path(args.out) / "archive")
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, **archive))
+    cfg = _with_choices(p, cfg, args)
     if args.policy == "server" and not cfg.inference.urls:
         p.error('--policy server needs inference.urls (e.g. --set inference.urls=["http://..."])')
     policy = "model" if args.policy == "server" else "oracle"
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy=policy))
     if args.n < 1 or args.parallel < 1:
         p.error("--n and --parallel must be at least 1")
+    if policy == "oracle" and envs.get(args.mode).oracle is None:
+        p.error(f"environment kind {args.mode!r} has no scripted oracle; use --policy server")
     result = asyncio.run(evaluate(cfg, args))
     print(json.dumps(result))
     return 0
+
+
+def _with_choices(p: argparse.ArgumentParser, cfg: RunConfig, args) -> RunConfig:
+    """The config with ``--mode`` and ``--tasks`` applied; ``args.mode`` set to the kind run.
+    A kind or task source nobody registered is an error naming the registered ones."""
+    kind = args.mode or cfg.env.kind
+    rollout = cfg.rollout
+    if args.tasks:
+        rollout = dataclasses.replace(rollout, task_source="file", tasks_file=args.tasks)
+    try:
+        envs.get(kind)
+        task_sources.get(rollout.task_source)
+    except RegistryError as e:
+        p.error(str(e))
+    env = dataclasses.replace(cfg.env, kind=kind, mode=kind)
+    args.mode = kind
+    return dataclasses.replace(cfg, env=env, rollout=rollout)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rollout.actions import ACTIONS, MODES, Action, ActionSpec, Param, action_names, spec_for
+from rollout.actions import ACTIONS, Action, ActionSpec, Param, action_names, spec_for
 from rollout.dialects import (
     BareWord,
     Candidate,
@@ -37,6 +37,7 @@ from rollout.dialects import (
     read_call,
     read_xml,
 )
+from rollout.registry import envs
 from rollout.urls import UrlPolicy, UrlRefused, check_url
 
 __all__ = ["MAX_REPLY_CHARS", "ParseError", "ParseResult", "parse", "strip_reasoning"]
@@ -46,9 +47,9 @@ MAX_INT = 10**9  # largest magnitude accepted for a whole-number argument
 
 ParseResult = Action | ParseError
 
-_READERS: dict[str, Callable[[str, str], Found]] = {
-    "api": read_xml,
-    "playwright": read_call,
+_READERS: dict[str, Callable[[str, str], Found]] = {  # by the mode's dialect
+    "xml": read_xml,
+    "call": read_call,
     "som": read_call,
 }
 _DEFAULT_POLICY = UrlPolicy()
@@ -62,20 +63,22 @@ def parse(
     """The first action in ``text`` for ``mode``, or a ParseError for the agent to read.
 
     ``policy`` defaults to ``UrlPolicy()`` (the local web: 127.0.0.1 and localhost);
-    ``base_url`` is the page the agent is on. An unknown ``mode`` is the caller's bug
-    and raises ValueError; nothing about ``text`` does.
+    ``base_url`` is the page the agent is on. ``mode`` is a registered environment kind
+    (:data:`rollout.registry.envs`); an unknown one is the caller's bug and raises
+    ValueError; nothing about ``text`` does.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    read = _READERS[envs.get(mode).dialect]
     try:
-        return _parse(text, mode, policy or _DEFAULT_POLICY, base_url)
+        return _parse(text, mode, read, policy or _DEFAULT_POLICY, base_url)
     except Exception as e:  # a parser bug must cost one step, not the episode
         return ParseError(
             f"Your reply could not be read ({type(e).__name__}). {_form_hint(mode)}", "internal"
         )
 
 
-def _parse(text: Any, mode: str, policy: UrlPolicy, base_url: str | None) -> ParseResult:
+def _parse(
+    text: Any, mode: str, read: Callable[[str, str], Found], policy: UrlPolicy, base_url: str | None
+) -> ParseResult:
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
@@ -87,7 +90,7 @@ def _parse(text: Any, mode: str, policy: UrlPolicy, base_url: str | None) -> Par
             "too_long",
         )
     body, unclosed_think = strip_reasoning(text)
-    found = _READERS[mode](body, mode)
+    found = read(body, mode)
     if found is None:
         return _no_action(mode, unclosed_think)
     if isinstance(found, ParseError):

@@ -21,6 +21,7 @@ import random
 import re
 from urllib.parse import quote_plus, urldefrag
 
+from rollout.registry import envs
 from rollout.web.text import normalize_space
 
 GIVE_UP = "unknown"
@@ -219,6 +220,35 @@ class NoisyOraclePolicy(OraclePolicy):
     def _other_name(self) -> str | None:
         names = {n for n in _NAME.findall(self.last_view) if _fold(n) != _fold(self.task["answer"])}
         return self.rng.choice(sorted(names)) if names else None
+
+
+def oracle_factory(mode: str):
+    """The in-tree modes' scripted oracle, as an environment kind's ``oracle``
+    (:class:`rollout.registry.EnvKind`): ``make(task, web_url, rollout, *, noisy, seed)``
+    is an :class:`OraclePolicy`, or with ``noisy`` a :class:`NoisyOraclePolicy` wrong
+    with probability ``rollout.oracle_noise``."""
+
+    def make(task: dict, web_url: str, rollout, *, noisy: bool = False, seed: int = 0):
+        how = oracle_options(rollout)
+        if noisy:
+            return NoisyOraclePolicy(task, mode, web_url, p=rollout.oracle_noise, seed=seed, **how)
+        return OraclePolicy(task, mode, web_url, **how)
+
+    return make
+
+
+def scripted_oracle(
+    kind: str, task: dict, web_url: str, rollout, *, noisy: bool = False, seed: int = 0
+):
+    """The scripted oracle of the environment kind ``kind`` (``rollout.policy = "oracle"``,
+    ``"noisy_oracle"``, ``rollout.eval --policy oracle``): an object whose ``next(text)``
+    writes the next model text. ValueError when the kind brings no oracle."""
+    entry = envs.get(kind)
+    if entry.oracle is None:
+        raise ValueError(
+            f"environment kind {kind!r} has no scripted oracle; use rollout.policy = 'model'"
+        )
+    return entry.oracle(task, web_url, rollout, noisy=noisy, seed=seed)
 
 
 def oracle_options(rollout) -> dict:

@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import hmac
 import itertools
-import json
 import signal
 import sys
 import time
@@ -53,6 +52,7 @@ from rollout.engine import STEP_BUCKETS_MS, EngineStats, RolloutEngine, cycle_ta
 from rollout.env import browsers_for
 from rollout.inference import InferenceClient, InferenceError
 from rollout.procs import web_for
+from rollout.registry import TaskRequest, envs, task_sources
 from shared.config import RunConfig, add_config_args, config_from_args
 from shared.tokenizer import load_tokenizer
 from shared.wire import encode_groups
@@ -253,7 +253,12 @@ async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
     web_url, web_child = await web_for(cfg.web.cache_dir, cfg.web.url)
     try:
         tasks = _load_tasks(cfg, tasks_file, web_url)
-        pool_cm = browsers_for(cfg.env.mode, web_url, cfg.env, cfg.rollout)
+        if cfg.rollout.policy != "model" and envs.get(cfg.env.kind).oracle is None:
+            raise ValueError(
+                f"env.kind = {cfg.env.kind!r} has no scripted oracle: rollout.policy = "
+                f"{cfg.rollout.policy!r} needs one"
+            )
+        pool_cm = browsers_for(cfg.env.kind, web_url, cfg.env, cfg.rollout)
         async with aiohttp.ClientSession() as session, pool_cm as pool:
             client = None
             if cfg.rollout.policy == "model":
@@ -287,24 +292,29 @@ async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
 
 
 def _load_tasks(cfg: RunConfig, tasks_file: str | None, web_url: str) -> list[dict]:
+    """The tasks episodes cycle through: from the config's task source
+    (``rollout.task_source``; ``tasks_file``, the ``--tasks`` flag, is the ``file`` source),
+    all it gives for ``rollout.split``."""
+    rollout = cfg.rollout
     if tasks_file:
-        with open(tasks_file, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    from rollout.tasks.generate import generate
-    from rollout.web.build import load
-
-    lw = load(cfg.web.cache_dir)
-    return generate(
-        lw, cfg.rollout.split, 2000, types=cfg.rollout.task_types, base_url=web_url,
-        templates=cfg.rollout.task_templates,
-    )  # fmt: skip
+        rollout = dataclasses.replace(rollout, task_source="file", tasks_file=tasks_file)
+        cfg = dataclasses.replace(cfg, rollout=rollout)
+    source = task_sources.get(rollout.task_source)
+    tasks = list(source(TaskRequest(cfg, web_url, rollout.split)))
+    if not tasks:
+        raise ValueError(f"rollout.task_source = {rollout.task_source!r} gave no tasks")
+    return tasks
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollout.serve", description=__doc__)
     add_config_args(p)
     p.add_argument("--run-dir", default=None, help="where the buffer and episode logs go")
-    p.add_argument("--tasks", help="a JSONL file of tasks (default: the generator's split)")
+    p.add_argument(
+        "--tasks",
+        help="a JSONL file of tasks (rollout.task_source = 'file'; default: the config's "
+        "task source, the generator's split)",
+    )
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     run_dir = Path(args.run_dir or Path(cfg.logging.run_dir) / "sidecar")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -44,6 +45,19 @@ def option(
 
 
 # ----------------------------------------------------------------------------- sections
+
+# Names of registered environments and task sources (``rollout.registry``): the config
+# checks their form; whether one is registered is checked where it is used, since
+# plugins register theirs at run time.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
+_DEFAULT_ENV = "api"
+
+
+def _check_name(key: str, value: object, what: str) -> None:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ConfigError(
+            f"{key} = {value!r}: expected {what} (a letter, then letters, digits, '_', '.' or '-')"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,18 @@ class SearchConfig:
 class EnvConfig:
     """The browser environment wrapper."""
 
-    mode: Literal["api", "playwright", "som"] = option(
-        "api", "Action space: search API, full Playwright browser, or Set-of-Mark."
+    mode: str = option(
+        "api",
+        "Action space: `api` (search API), `playwright` (full Playwright browser), `som` "
+        "(Set-of-Mark), or any environment a plugin registers. The older name of env.kind: "
+        "the two are one setting (set either; the default `api` yields to the other).",
+    )
+    kind: str | None = option(
+        None,
+        "The environment episodes run in, by its registered name (`api`, `playwright`, `som`, "
+        "`tools` (tool calling, rollout/tools), or a plugin's: entry-point group "
+        "deep_research_harness.envs); unset: env.mode. An "
+        "unregistered name fails where it is used, listing the registered ones.",
     )
     max_steps: int = option(30, "Steps before an episode is truncated.", ge=1, le=1000)
     prompt: Literal["full", "compact"] = option(
@@ -193,6 +217,21 @@ class EnvConfig:
     )
     keep_last: int = option(3, "Observations env.history = 'keep_last' keeps verbatim.", ge=0)
 
+    def __post_init__(self) -> None:
+        # env.kind and env.mode are one setting: after loading both hold the environment's
+        # name (code reads either), the default `api` yielding to a name set in the other.
+        kind = self.mode if self.kind is None else self.kind
+        for key, value in (("env.mode", self.mode), ("env.kind", kind)):
+            _check_name(key, value, "the name of a registered environment")
+        if self.mode not in (_DEFAULT_ENV, kind) and kind != _DEFAULT_ENV:
+            raise ConfigError(
+                f"env.kind = {kind!r} and env.mode = {self.mode!r} name different "
+                "environments: set env.kind alone (env.mode is its older name)"
+            )
+        resolved = kind if kind != _DEFAULT_ENV else self.mode
+        object.__setattr__(self, "kind", resolved)
+        object.__setattr__(self, "mode", resolved)
+
 
 @dataclass(frozen=True)
 class RolloutConfig:
@@ -249,6 +288,17 @@ class RolloutConfig:
     seed: int = option(
         0, "Seed of the order the sidecar draws tasks in and of the noisy oracle's mistakes.", ge=0
     )
+    task_source: str = option(
+        "generated",
+        "Where tasks come from, by registered name: `generated` (the task generator over the "
+        "local web: rollout.split, task_types, task_templates), `file` (the JSONL file "
+        "rollout.tasks_file), `tools` (the tool-calling domain's) or a plugin's (entry-point "
+        "group deep_research_harness."
+        "task_sources). An unregistered name fails where it is used, listing the registered ones.",
+    )
+    tasks_file: str | None = option(
+        None, "The JSONL file of tasks of rollout.task_source = 'file' (--tasks FILE sets both)."
+    )
     split: Literal["train", "dev", "test"] = option("train", "Task split episodes draw from.")
     task_types: tuple[str, ...] = option(
         ("qa", "browse_comp", "citation", "multi_doc"), "Task types episodes draw from."
@@ -262,6 +312,14 @@ class RolloutConfig:
         None, "Bearer token every sidecar request must carry; unset accepts any."
     )
     max_request_bytes: int = option(1 << 20, "Largest request body accepted.", ge=1024)
+
+    def __post_init__(self) -> None:
+        _check_name("rollout.task_source", self.task_source, "the name of a registered task source")
+        if self.task_source == "file" and not self.tasks_file:
+            raise ConfigError(
+                "rollout.tasks_file is unset: expected the path of a JSONL file of tasks when "
+                "rollout.task_source = 'file'"
+            )
 
 
 @dataclass(frozen=True)

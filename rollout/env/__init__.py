@@ -1,4 +1,11 @@
-"""The browser environment in three modes (api, playwright, som); see ``core``."""
+"""The environment: any registered kind (``env.kind``), in-tree the browser's three modes.
+
+``make_env`` builds one episode's :class:`Environment` for the kind named, through
+its entry in :data:`rollout.registry.envs`; ``browsers_for`` opens the browser pool
+a kind needs (none for a kind without a browser). The in-tree kinds registered here:
+``api`` (search / visit / answer over HTTP), ``playwright`` (a browser driven by
+selectors) and ``som`` (the page's interactive elements numbered); see ``core``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,14 @@ from pathlib import Path
 
 import aiohttp
 
+from rollout.actions import API_INTRO, BUILTIN_ACTIONS
 from rollout.browser_pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
 from rollout.egress import EgressProxy, GateRefused
 from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
 from rollout.env.observation import Observation, render
 from rollout.net import Net, RobotsRefused, net_for, policy_for
+from rollout.policies import oracle_factory
+from rollout.registry import BackendContext, EnvKind, envs
 from rollout.resolver import AddressRefused
 from rollout.search_client import make_search_client
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
@@ -47,43 +57,25 @@ def make_env(
     verifier=None,
     net: Net | None = None,
 ) -> Environment:
-    """An environment for one episode. api mode needs ``session`` (for search; ``search``
-    configures it, ``SearchConfig()`` when None); the browser modes need ``lease`` (a
-    context from a :class:`BrowserPool`, :func:`episode_lease`) and no search config.
-    ``net`` is what the process's episodes share to reach the web (:func:`net_for` by
-    default)."""
+    """An environment for one episode of the kind ``mode`` names (``env.kind``; any
+    registered one). api mode needs ``session`` (for search; ``search`` configures it,
+    ``SearchConfig()`` when None); the browser modes need ``lease`` (a context from a
+    :class:`BrowserPool`, :func:`episode_lease`) and no search config. ``net`` is what
+    the process's episodes share to reach the web (:func:`net_for` by default)."""
+    kind = envs.get(mode)
+    if kind.browser and lease is None:
+        raise ValueError(f"{mode} mode needs a browser lease (BrowserPool.context())")
     net = net if net is not None else net_for(web_url, env)
     policy = net.policy
     limits = EpisodeLimits(env.max_steps, env.action_timeout_s, env.observation_chars)
-    if mode == "api":
-        if session is None:
-            raise ValueError("api mode needs an aiohttp session for the search client")
-        from rollout.env.api import ApiBackend
-
-        search = search if search is not None else SearchConfig()
-        client = make_search_client(search, web_url, session)
-        backend = ApiBackend(
-            client, net, episode=episode_id or "episode", timeout_s=env.action_timeout_s,
-            reader=env.page_reader, max_page_bytes=env.max_page_bytes,
-        )  # fmt: skip
-    elif mode in ("playwright", "som"):
-        if lease is None:
-            raise ValueError(f"{mode} mode needs a browser lease (BrowserPool.context())")
-        from rollout.env.browser import PlaywrightBackend, SomBackend
-
-        common = dict(
-            action_timeout_s=env.action_timeout_s,
-            observation_chars=env.observation_chars,
-            observation=env.observation,
-        )
-        if mode == "som":
-            backend = SomBackend(lease, policy, screenshots=env.screenshots, **common)
-        else:
-            backend = PlaywrightBackend(lease, policy, **common)
-    else:
-        raise ValueError(f"unknown mode {mode!r}; expected api, playwright or som")
+    ctx = BackendContext(
+        kind.name, web_url, env, search if search is not None else SearchConfig(), policy, net,
+        episode_id or "episode", session=session, lease=lease,
+        run_dir=Path(run_dir) if run_dir is not None else None,
+    )  # fmt: skip
+    backend = kind.make_backend(ctx)
     return Environment(
-        mode, backend, policy, limits=limits, verifier=verifier, run_dir=run_dir,
+        kind.name, backend, policy, limits=limits, verifier=verifier, run_dir=run_dir,
         episode_id=episode_id, prompt=env.prompt,
     )  # fmt: skip
 
@@ -91,10 +83,103 @@ def make_env(
 def browsers_for(
     mode: str, web_url: str, env: EnvConfig, rollout: RolloutConfig, net: Net | None = None
 ):
-    """The browser pool the mode needs (none for api mode), as an async context manager."""
-    if mode == "api":
+    """The browser pool the kind needs (none for a kind without a browser, e.g. api mode),
+    as an async context manager."""
+    if not envs.get(mode).browser:
         return contextlib.nullcontext()
     return browser_pool(web_url, env, rollout, net)
+
+
+# ----------------------------------------------------------------------------- the in-tree kinds
+
+
+def _api_backend(ctx: BackendContext):
+    if ctx.session is None:
+        raise ValueError("api mode needs an aiohttp session for the search client")
+    from rollout.env.api import ApiBackend
+
+    env = ctx.env
+    client = make_search_client(ctx.search, ctx.web_url, ctx.session)
+    return ApiBackend(
+        client, ctx.net, episode=ctx.episode_id, timeout_s=env.action_timeout_s,
+        reader=env.page_reader, max_page_bytes=env.max_page_bytes,
+    )  # fmt: skip
+
+
+def _browser_options(env: EnvConfig) -> dict:
+    return dict(
+        action_timeout_s=env.action_timeout_s,
+        observation_chars=env.observation_chars,
+        observation=env.observation,
+    )
+
+
+def _playwright_backend(ctx: BackendContext):
+    from rollout.env.browser import PlaywrightBackend
+
+    return PlaywrightBackend(ctx.lease, ctx.policy, **_browser_options(ctx.env))
+
+
+def _som_backend(ctx: BackendContext):
+    from rollout.env.browser import SomBackend
+
+    env = ctx.env
+    return SomBackend(ctx.lease, ctx.policy, screenshots=env.screenshots, **_browser_options(env))
+
+
+envs.register(
+    "api",
+    EnvKind(
+        "api", BUILTIN_ACTIONS["api"], _api_backend, dialect="xml", oracle=oracle_factory("api"),
+        intro=API_INTRO, doc="Search API: search, visit (the page's text over HTTP), answer.",
+    ),
+)  # fmt: skip
+envs.register(
+    "playwright",
+    EnvKind(
+        "playwright", BUILTIN_ACTIONS["playwright"], _playwright_backend, dialect="call",
+        browser=True, oracle=oracle_factory("playwright"),
+        doc="A Playwright browser: goto, click and fill by selector, scroll, extract_text, ...",
+    ),
+)  # fmt: skip
+envs.register(
+    "som",
+    EnvKind(
+        "som", BUILTIN_ACTIONS["som"], _som_backend, dialect="som", browser=True,
+        oracle=oracle_factory("som"),
+        doc="Set-of-Mark: the page's interactive elements numbered; click(n), type(n, text).",
+    ),
+)  # fmt: skip
+
+
+def _register_tools() -> None:
+    """The second domain, ``tools`` (:mod:`rollout.tools`): tool calls over country
+    figures, no browser and no page; registered like a plugin's kind would be. Only its
+    action table is imported here (the package imports this one)."""
+    from rollout.tools import actions
+
+    def backend(ctx: BackendContext):
+        from rollout.tools import make_backend
+
+        return make_backend(ctx.env.observation_chars)
+
+    def oracle(task, *_args, **_kwargs):  # its oracle makes no mistakes to inject
+        from rollout.tools import make_oracle
+
+        return make_oracle(task)
+
+    envs.register(
+        actions.KIND,
+        EnvKind(
+            actions.KIND, tuple(actions.table()), backend, dialect=actions.DIALECT,
+            browser=actions.NEEDS_BROWSER, opens_page=False, oracle=oracle,
+            intro=actions.INTRO, compact_intro=actions.COMPACT_INTRO,
+            doc="Tool calling over country figures: lookup, list_countries, calculate, answer.",
+        ),
+    )  # fmt: skip
+
+
+_register_tools()
 
 
 @contextlib.asynccontextmanager

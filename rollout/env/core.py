@@ -31,6 +31,7 @@ from rollout.env import page_reward
 from rollout.env.observation import Observation, render
 from rollout.parser import ParseError, parse
 from rollout.records import EpisodeRecord, Step
+from rollout.registry import envs
 from rollout.tracker import EpisodeTracker
 from rollout.urls import UrlPolicy
 from rollout.verifiers import Reward, VerifierConfig, verify
@@ -133,11 +134,12 @@ class Environment:
         self.record = EpisodeRecord(self.episode_id, dict(task), self.mode, started=time.time())
         try:
             self.first = await asyncio.wait_for(
-                self.backend.start(str(task["start_url"])), self.limits.action_timeout_s
+                self.backend.start(str(task.get("start_url") or "")), self.limits.action_timeout_s
             )
         except (TimeoutError, ToolError) as e:
             msg = "timed out" if isinstance(e, asyncio.TimeoutError) else str(e)
-            self.first = Observation("", url=str(task["start_url"]), error=f"start page: {msg}")
+            start = str(task.get("start_url") or "")
+            self.first = Observation("", url=start, error=f"start page: {msg}")
         self.record.system_prompt = self.system_prompt()
         self.record.user_prompt = self.user_prompt()
         if self.run_dir is not None:
@@ -151,7 +153,7 @@ class Environment:
         this mode: a ``start_url``, a ``question``, and a valid ``"reward"`` or a known ``type``, with the
         answer its verifier compares with."""
         tid = task.get("id")
-        if not task.get("start_url"):
+        if not task.get("start_url") and self._opens_page():
             raise ValueError(f"task {tid!r}: no start_url")
         if not isinstance(task.get("question"), str):
             raise ValueError(f"task {tid!r}: no question (the text the agent is asked)")
@@ -183,6 +185,10 @@ class Environment:
             golds(task)
         except ValueError as e:
             raise ValueError(f"{e} (the {name} verifier compares the answer with it)") from None
+
+    def _opens_page(self) -> bool:
+        """Whether this kind's episodes open on the task's ``start_url`` (every web kind)."""
+        return self.mode not in envs or envs.get(self.mode).opens_page
 
     async def step(self, action: Action | str) -> StepResult:
         if self.record is None:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollout.records import EpisodeRecord
+from rollout.registry import verifiers
 from rollout.verifiers.anticheat import detect
 from rollout.verifiers.citations import split_citations
 from rollout.verifiers.config import FormatConfig, VerifierConfig
 from rollout.verifiers.judge import Judge, JudgeError, JudgeVerdict
-from rollout.verifiers.scorers import SCORERS, TaskError
+from rollout.verifiers.scorers import TaskError
 
 _DEFAULT = VerifierConfig()
 
@@ -48,14 +49,16 @@ def verify(
     *,
     judgement: JudgeVerdict | None = None,
 ) -> Reward:
-    """Score ``answer`` (None: the episode gave none) for ``task`` given the episode's record."""
+    """Score ``answer`` (None: the episode gave none) for ``task`` given the episode's record,
+    with the scorer its ``type`` names in :data:`rollout.registry.verifiers`."""
     config = config or _DEFAULT
     kind = task.get("type")
-    scorer = SCORERS.get(kind) if isinstance(kind, str) else None
-    if scorer is None:
+    if not isinstance(kind, str) or kind not in verifiers:
         raise TaskError(
-            f"task {task.get('id')!r}: unknown type {kind!r}; expected one of {', '.join(SCORERS)}"
+            f"task {task.get('id')!r}: unknown type {kind!r}; expected one of "
+            f"{', '.join(verifiers.names())}"
         )
+    scorer = verifiers.get(kind)  # in-tree, or a plugin's (rollout.registry)
     body, cited = split_citations(answer or "")
     answered = bool(body)
     score, parts = scorer(task, body, cited, record, config, judgement)

@@ -12,6 +12,10 @@ the task type, so every trajectory of a GRPO group carries the same reward parts
   (see :class:`~rollout.verifiers.config.CitationConfig`).
 - ``multi_doc``: key-fact coverage (normalised containment), mixed with the
   judge's verdict when one is given (see :class:`~rollout.verifiers.config.MultiDocConfig`).
+
+They are registered by type in :data:`rollout.registry.verifiers`; a plugin adds a task
+type with a scorer of the same signature (entry-point group
+``deep_research_harness.verifiers``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollout.records import EpisodeRecord
+from rollout.registry import verifiers
 from rollout.verifiers.citations import citation_support
 from rollout.verifiers.config import VerifierConfig
 from rollout.verifiers.judge import JudgeVerdict
@@ -119,9 +124,14 @@ def score_multi_doc(
     return (1 - w) * coverage + w * judgement.score, parts
 
 
-SCORERS: dict[str, Scorer] = {
+BUILTIN_SCORERS: dict[str, Scorer] = {
     "qa": score_qa,
     "browse_comp": score_browse_comp,
     "citation": score_citation,
     "multi_doc": score_multi_doc,
 }
+for _name, _scorer in BUILTIN_SCORERS.items():
+    verifiers.register(_name, _scorer)
+
+# Every task type's scorer, in-tree and plugins' (``name in SCORERS``, ``SCORERS[name]``).
+SCORERS = verifiers

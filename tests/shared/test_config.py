@@ -100,8 +100,12 @@ def test_overrides_parse_toml_values_and_bare_words(tmp_path):
     ("overrides", "message"),
     [
         (["envx.mode=api"], "unknown section [envx]; allowed sections: web, search, env"),
-        (["env.modes=api"], "unknown key env.modes; allowed keys in [env]: mode, max_steps"),
-        (["env.mode=browser"], "env.mode = 'browser': expected one of 'api', 'playwright', 'som'"),
+        (["env.modes=api"], "unknown key env.modes; allowed keys in [env]: mode, kind, max_steps"),
+        # Any registered environment's name loads (plugins register at run time); its form
+        # is checked here, whether it is registered where it is used.
+        (["env.mode=no such"], "env.mode = 'no such': expected the name of a registered env"),
+        (["env.kind=som", "env.mode=playwright"], "name different environments"),
+        (["rollout.task_source=file"], "rollout.tasks_file is unset"),
         (["env.max_steps=0"], "env.max_steps = 0: expected a value in [1, 1000]"),
         (["env.max_steps=1001"], "env.max_steps = 1001: expected a value in [1, 1000]"),
         (["env.max_steps=2.5"], "env.max_steps = 2.5: expected an integer"),
@@ -166,10 +170,10 @@ def test_cli_flags_are_shared_by_entry_points(tmp_path):
 
 
 def test_cli_errors_exit_with_the_message(capsys):
-    args = _parser().parse_args(["--set", "env.mode=nope"])
+    args = _parser().parse_args(["--set", "env.mode=no such"])
     with pytest.raises(SystemExit) as e:
         cfg.config_from_args(args)
-    assert "config error" in str(e.value.code) and "env.mode = 'nope'" in str(e.value.code)
+    assert "config error" in str(e.value.code) and "env.mode = 'no such'" in str(e.value.code)
 
 
 def test_print_config_shows_docs_and_exits(capsys):

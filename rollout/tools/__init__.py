@@ -1,0 +1,65 @@
+"""A second domain: tool calling over country figures, with no browser.
+
+The agent calls ``lookup(country, indicator)``, ``list_countries(filter)`` and
+``calculate(expression)`` (a bounded arithmetic evaluator that walks the syntax
+tree, never ``eval``) and ends with ``answer(text)``, in the call dialect of the
+browser modes. The figures are the local web's (Atlas, World Factbook, AirportDB:
+see :mod:`rollout.tools.data`), and the tasks ask for per-capita values, ratios,
+sums, densities and "which of these has the highest ..." (:mod:`rollout.tools.tasks`),
+scored by the ``qa`` verifier with a numeric ``tolerance``.
+
+What a registration of the ``tools`` environment kind needs:
+
+- :data:`KIND`, :data:`ACTIONS` (the action table, for ``rollout.actions.ACTIONS[KIND]``),
+  :data:`NEEDS_BROWSER`, :data:`DIALECT` (the generic parser's reader: calls),
+  :data:`INTRO` and :data:`COMPACT_INTRO` (the opening lines of the action description);
+- :func:`make_backend`, :func:`make_oracle`, :func:`generate_tasks`.
+"""
+
+from __future__ import annotations
+
+from rollout.actions import ActionSpec
+from rollout.tools.actions import (
+    COMPACT_INTRO,
+    DIALECT,
+    INTRO,
+    KIND,
+    NEEDS_BROWSER,
+    Calculate,
+    ListCountries,
+    Lookup,
+    table,
+)
+from rollout.tools.backend import DEFAULT_OBSERVATION_CHARS, ToolBackend
+from rollout.tools.oracle import ToolOracle
+from rollout.tools.tasks import START_URL, generate_tasks
+
+ACTIONS: list[ActionSpec] = list(table())
+
+__all__ = [
+    "ACTIONS",
+    "COMPACT_INTRO",
+    "DIALECT",
+    "INTRO",
+    "KIND",
+    "NEEDS_BROWSER",
+    "START_URL",
+    "Calculate",
+    "ListCountries",
+    "Lookup",
+    "ToolBackend",
+    "ToolOracle",
+    "generate_tasks",
+    "make_backend",
+    "make_oracle",
+]
+
+
+def make_backend(observation_chars: int = DEFAULT_OBSERVATION_CHARS) -> ToolBackend:
+    """A fresh backend for one episode (the figures are loaded once per process)."""
+    return ToolBackend(observation_chars)
+
+
+def make_oracle(task: dict) -> ToolOracle:
+    """The scripted oracle for ``task``: ``.next(observation_text) -> model text``."""
+    return ToolOracle(task)

@@ -1,0 +1,87 @@
+"""The tool domain's scripted oracle: follows a task's gold path, answers from what it read.
+
+Like :class:`rollout.policies.OraclePolicy` it writes model text in the mode's
+dialect (calls) and knows only the plan, not the answer: it fills the
+``calculate`` expression with the values its lookups returned (the task's
+``formula``), then answers with the calculator's result rounded as the question
+asks, or with the country whose looked-up value is highest (lowest). When a
+value it needs is missing from its observations it answers ``unknown``. Its
+success therefore shows that the tools return the figures the tasks were built
+from and that the dialect round-trips through the parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rollout.tools.data import fold
+from rollout.tools.tasks import format_answer
+
+GIVE_UP = "unknown"
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+_LOOKED_UP = re.compile(rf"^(.{{1,80}}?): (\w{{1,40}}) = ({_NUMBER}) ", re.M)
+_RESULT = re.compile(rf" = ({_NUMBER})\s*$")
+
+
+def call(name: str, *args: object) -> str:
+    """``name("a", "b")``: the call dialect, strings JSON-quoted."""
+    return f"{name}({', '.join(json.dumps(a, ensure_ascii=False) for a in args)})"
+
+
+class ToolOracle:
+    def __init__(self, task: dict):
+        self.task = task
+        self.plan = list(task["gold_path"])
+        self.lookups = [s["args"] for s in task["gold_path"] if s["action"] == "lookup"]
+        self.values: dict[tuple[str, str], str] = {}  # (folded country, indicator) -> number
+        self.result: str | None = None  # the last calculate result
+        self.answering = False
+
+    def next(self, observation: str) -> str:
+        """The model text for the next step, given the text of the last observation."""
+        self._read(observation)
+        self.answering = False
+        if self.plan:
+            step = self.plan.pop(0)
+            args = step["args"]
+            if step["action"] == "lookup":
+                return call("lookup", args["country"], args["indicator"])
+            if step["action"] == "list_countries":
+                return call("list_countries", args["filter"])
+            if step["action"] == "calculate":
+                expression = self._expression()
+                if expression is not None:
+                    return call("calculate", expression)
+                self.plan = []
+        self.answering = True
+        return call("answer", self._answer())
+
+    def _read(self, observation: str) -> None:
+        for m in _LOOKED_UP.finditer(observation):
+            self.values[(fold(m.group(1)), m.group(2))] = m.group(3)
+        first = observation.strip().splitlines()[:1]
+        if first and not first[0].startswith("Error:"):
+            m = _RESULT.search(first[0])
+            if m and not _LOOKED_UP.match(first[0]):
+                self.result = m.group(1)
+
+    def _value(self, args: dict) -> str | None:
+        return self.values.get((fold(args["country"]), args["indicator"]))
+
+    def _expression(self) -> str | None:
+        values = [self._value(a) for a in self.lookups]
+        if any(v is None for v in values):
+            return None
+        return self.task["formula"].format(*values)
+
+    def _answer(self) -> str:
+        if self.task.get("formula"):
+            if self.result is None:
+                return GIVE_UP
+            return format_answer(float(self.result), int(self.task["decimals"]))
+        read = [(self._value(a), a["country"]) for a in self.lookups]
+        if not read or any(v is None for v, _ in read):
+            return GIVE_UP
+        sign = 1 if self.task.get("pick", "highest") == "highest" else -1
+        return max(read, key=lambda vc: sign * float(vc[0]))[1]

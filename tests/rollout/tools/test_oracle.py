@@ -1,0 +1,65 @@
+"""The oracle through the real Environment: 200 test tasks, parsed, run, scored by the verifier."""
+
+import time
+
+from rollout.env.core import Environment, EpisodeLimits
+from rollout.tools import generate_tasks, make_backend, make_oracle
+from rollout.urls import UrlPolicy
+
+N_TASKS = 200
+
+
+async def run_episode(task, mode):
+    env = Environment(mode, make_backend(), UrlPolicy(allowed_hosts=()), limits=EpisodeLimits())
+    oracle = make_oracle(task)
+    result = await env.reset(task)
+    for _ in range(env.limits.max_steps):
+        result = await env.step(oracle.next(result.text))
+        if result.terminated or result.truncated:
+            break
+    await env.close()
+    return env, result
+
+
+async def test_the_oracle_solves_at_least_98_percent_of_200_test_tasks(tools_mode):
+    tasks = generate_tasks("test", N_TASKS)
+    started = time.perf_counter()
+    failures, errors = [], 0
+    for task in tasks:
+        env, result = await run_episode(task, tools_mode)
+        errors += sum(1 for s in env.record.steps if s.error)
+        if result.reward < 1.0:
+            failures.append((task["id"], task["question"], task["answer"], env.record.answer))
+    rate = 1 - len(failures) / len(tasks)
+    print(
+        f"oracle success {rate:.3f} on {len(tasks)} tasks in {time.perf_counter() - started:.1f} s"
+    )
+    assert rate >= 0.98, failures[:10]
+    assert errors == 0  # every gold step parses and runs
+
+
+async def test_an_episode_records_the_tool_steps_and_the_prompt_lists_the_tools(tools_mode):
+    task = next(t for t in generate_tasks("test", 40) if t["template"] == "tools_per_capita")
+    env, result = await run_episode(task, tools_mode)
+    assert result.terminated and result.info["status"] == "ok"
+    assert [s.action for s in env.record.steps] == ["lookup", "lookup", "calculate", "answer"]
+    assert env.record.breakdown["verdict"] == "correct"
+    prompt = env.system_prompt()
+    for name in ("lookup(country: str, indicator: str)", "list_countries", "calculate", "answer"):
+        assert name in prompt
+    assert "URLs must" not in prompt
+    assert "indicators: population (people)" in env.user_prompt()
+
+
+async def test_a_wrong_or_missing_answer_scores_zero(tools_mode):
+    task = next(t for t in generate_tasks("test", 40) if t.get("tolerance"))
+    env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+    await env.reset(task)
+    gold = float(task["answer"].replace(",", ""))
+    result = await env.step(f'answer("{gold * 1.5:.1f}")')
+    assert result.reward == 0.0
+    env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+    await env.reset(task)
+    result = await env.step(f'answer("{task["answer"]}")')
+    assert result.reward == 0.0  # right number, but no tool used: the anti-cheat zeroes it
+    assert result.info["reward_breakdown"]["no_tool_use"] is True

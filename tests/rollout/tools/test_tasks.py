@@ -1,0 +1,94 @@
+"""The tool tasks: disjoint splits, determinism, enough test tasks, answers from the data."""
+
+import json
+
+import pytest
+
+from rollout.tasks.generate import split_of
+from rollout.tools import generate_tasks
+from rollout.tools.calculator import evaluate
+from rollout.tools.data import atlas
+from rollout.tools.tasks import TEMPLATES, candidates, format_answer, tolerance
+from rollout.verifiers.scorers import golds
+
+
+@pytest.fixture(scope="module")
+def test_tasks():
+    return generate_tasks("test", 200)
+
+
+def _countries(task):
+    return {s["args"]["country"] for s in task["gold_path"] if s["action"] == "lookup"}
+
+
+def test_two_hundred_distinct_test_tasks_from_every_template(test_tasks):
+    assert len({t["id"] for t in test_tasks}) == 200
+    assert len({t["question"] for t in test_tasks}) == 200
+    assert {t["template"] for t in test_tasks} == set(TEMPLATES)
+
+
+def test_generation_is_deterministic_in_the_seed(test_tasks):
+    assert generate_tasks("test", 200) == test_tasks
+    other = generate_tasks("test", 200, seed=1)
+    assert [t["id"] for t in other] != [t["id"] for t in test_tasks]
+
+
+def test_splits_are_disjoint_by_country():
+    data = atlas()
+    seen = {}
+    for split in ("train", "dev", "test"):
+        for tasks in candidates(split).values():
+            for t in tasks:
+                assert t["id"].startswith(f"{split}-qa-")
+                assert seen.setdefault(t["id"], split) == split
+                if t["template"] != "tools_largest_in_group":  # split by the group's key
+                    isos = {data.find(n).iso for n in _countries(t)}
+                    assert {split_of(f"country:{iso}") for iso in isos} == {split}
+                else:
+                    assert split_of(t["subject"]) == split
+
+
+def test_tasks_follow_the_harness_schema(test_tasks):
+    for t in test_tasks:
+        assert t["type"] == "qa" and t["mode"] == "tools" and t["start_url"]
+        assert golds(t) == [t["answer"]]
+        assert t["hops"] >= 2 and len(t["gold_path"]) >= 2
+        json.dumps(t)
+
+
+def test_each_answer_is_computed_from_the_figures_the_tools_return(test_tasks):
+    data = atlas()
+    for t in test_tasks:
+        values = [
+            data.value(data.find(s["args"]["country"]), s["args"]["indicator"]).number
+            for s in t["gold_path"]
+            if s["action"] == "lookup"
+        ]
+        if "formula" in t:
+            expression = t["formula"].format(*values)
+            assert t["gold_path"][-1]["args"]["expression"] == expression
+            value = evaluate(expression)
+            assert format_answer(value, t["decimals"]) == t["answer"]
+            assert 0 < t["tolerance"] <= 0.051  # half a step of an answer >= 10 steps
+            step = 10.0 ** -t["decimals"]
+            assert t["tolerance"] * abs(float(t["answer"].replace(",", ""))) >= step / 2
+        else:
+            names = [s["args"]["country"] for s in t["gold_path"] if s["action"] == "lookup"]
+            best = max if t["pick"] == "highest" else min
+            assert t["answer"] == names[values.index(best(values))]
+            assert sorted(values).count(best(values)) == 1
+
+
+def test_answer_formatting_and_tolerance():
+    assert format_answer(47203.0167, -2) == "47,200"
+    assert format_answer(-8.8831, 1) == "-8.9"
+    assert format_answer(1.6586, 2) == "1.66"
+    assert format_answer(2208.9, 0) == "2,209"
+    assert tolerance(47200, -2) == pytest.approx(50 / 47200, rel=0.02)
+
+
+def test_an_unknown_split_or_too_many_tasks_is_an_error():
+    with pytest.raises(ValueError, match="unknown split"):
+        generate_tasks("validation", 1)
+    with pytest.raises(ValueError, match="tool tasks exist"):
+        generate_tasks("test", 10**6)

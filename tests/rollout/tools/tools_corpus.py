@@ -1,0 +1,102 @@
+"""Realistic model replies in the tools dialect (well-formed, sloppy, broken, hostile) and
+what each parses to, in the form of ``tests/rollout/parser_corpus.py``."""
+
+from rollout.actions import Answer
+from rollout.tools import Calculate, ListCountries, Lookup
+from tests.rollout.parser_corpus import More, err
+
+TOOLS = [
+    # well-formed
+    ('lookup("France", "gdp_per_capita")', Lookup("France", "gdp_per_capita")),
+    ('lookup("France", "population")', Lookup("France", "population")),
+    ('calculate("3.2e12 / 6.8e7")', Calculate("3.2e12 / 6.8e7")),
+    ('calculate("3162000000000 / 66987244")', Calculate("3162000000000 / 66987244")),
+    ('list_countries("Europe")', ListCountries("Europe")),
+    ('list_countries("Africa prefix:Ma")', ListCountries("Africa prefix:Ma")),
+    ('list_countries("")', ListCountries("")),
+    ('answer("47,200")', Answer("47,200")),
+    ('answer("France")', Answer("France")),
+    ('lookup(country="Japan", indicator="area_km2")', Lookup("Japan", "area_km2")),
+    ('lookup(indicator="area_km2", country="Japan")', Lookup("Japan", "area_km2")),
+    ('lookup("Japan", indicator="airports")', Lookup("Japan", "airports")),
+    ('calculate(expression="(1 + 2) * 3")', Calculate("(1 + 2) * 3")),
+    ('list_countries(filter="prefix:Ke")', ListCountries("prefix:Ke")),
+    ('answer(text="-8.9")', Answer("-8.9")),
+    ("lookup('Côte d\\'Ivoire', 'population')", Lookup("Côte d'Ivoire", "population")),
+    ('calculate("round(47203.0167, -2)")', Calculate("round(47203.0167, -2)")),
+    ('calculate("max(1, 2) - min(3, 4)")', Calculate("max(1, 2) - min(3, 4)")),
+    (
+        'calculate("""(9352000000 - 18235000000)\n/ 1e9""")',
+        Calculate("(9352000000 - 18235000000)\n/ 1e9"),
+    ),
+    # sloppy
+    ('```python\nlookup("Peru", "population")\n```', Lookup("Peru", "population")),
+    (
+        "I need Peru's GDP first.\n```python\nlookup('Peru', 'gdp_official')\n```",
+        Lookup("Peru", "gdp_official"),
+    ),
+    ('LOOKUP("Peru", "population")', Lookup("Peru", "population")),
+    ('Lookup ( "Peru" , "population" )', Lookup("Peru", "population")),
+    ("lookup(“Peru”, “population”)", Lookup("Peru", "population")),
+    ("calculate(‘2 * 3’)", Calculate("2 * 3")),
+    ('tools.lookup("Peru", "population")', Lookup("Peru", "population")),
+    ('await calculate("1 + 1")', Calculate("1 + 1")),
+    ('calculate("1 + 1"', Calculate("1 + 1")),
+    ('lookup("Peru", "population"', Lookup("Peru", "population")),
+    (
+        '<think>lookup("Chile", "area_km2") first?</think>\nlookup("Peru", "area_km2")',
+        Lookup("Peru", "area_km2"),
+    ),
+    ('Action: list_countries("South America")', ListCountries("South America")),
+    ("calculate(42)", Calculate("42")),
+    ("calculate(3.5)", Calculate("3.5")),
+    ("answer(47200)", Answer("47200")),
+    ("answer(-8.9)", Answer("-8.9")),
+    ('lookup("  Peru  ", " population ")', Lookup("Peru", "population")),
+    ('The answer is near.\n\nanswer("Nepal")', Answer("Nepal")),
+    ('I will lookup (the figure) now: lookup("Peru", "exports")', Lookup("Peru", "exports")),
+    ('lookup("Peru", "population");  # first', Lookup("Peru", "population")),
+    ('answer("see lookup(\\"X\\", \\"y\\")")', Answer('see lookup("X", "y")')),
+    ('answer("Paris " "France")', Answer("Paris France")),
+    # several actions
+    (
+        'lookup("Peru", "population")\nlookup("Peru", "area_km2")',
+        More(Lookup("Peru", "population"), 1),
+    ),
+    (
+        '```python\nlookup("A", "population")\nlookup("B", "population")\ncalculate("1")\n```',
+        More(Lookup("A", "population"), 2),
+    ),
+    ('calculate("1 + 1")\nanswer("2")', More(Calculate("1 + 1"), 1)),
+    # broken
+    ("", err("no_action", 'lookup("France", "population")')),
+    ("I don't know what to do.", err("no_action", "list_countries")),
+    ("<action>lookup</action><country>France</country>", err("no_action")),
+    ('search("GDP of France")', err("unknown_action", '"search"', "lookup, list_countries")),
+    ('goto("http://127.0.0.1:8900/")', err("unknown_action", '"goto"')),
+    ('lokup("France", "population")', err("unknown_action", 'Did you mean "lookup"')),
+    ('calc("1 + 1")', err("unknown_action", '"calc"')),
+    ('__import__("os").system("ls")', err("unknown_action", '"__import__"')),
+    ('eval("1 + 1")', err("unknown_action", '"eval"')),
+    ('exec("import os")', err("unknown_action", '"exec"')),
+    ('lookup("France")', err("missing_argument", '"indicator"', 'lookup("France", "population")')),
+    ("calculate()", err("missing_argument", '"expression"')),
+    ("list_countries()", err("missing_argument", '"filter"')),
+    ("answer()", err("missing_argument", '"text"')),
+    ('lookup("France", "population", "2024")', err("extra_argument", "takes 2 arguments")),
+    (
+        'lookup(nation="France", indicator="population")',
+        err("extra_argument", 'no argument "nation"'),
+    ),
+    ('lookup("France", country="Spain")', err("extra_argument", "twice")),
+    ("calculate(3162000000000 / 66987244)", err("bad_argument", "string in quotes", "expression")),
+    ("lookup(France, population)", err("bad_argument", "string in quotes", "France")),
+    ('lookup("France", get_indicator())', err("bad_argument", "get_indicator()")),
+    ('lookup("", "population")', err("bad_argument", "non-empty string")),
+    ('calculate("   ")', err("bad_argument", "non-empty string")),
+    ('calculate(["1 + 1"])', err("bad_argument", "string in quotes")),
+    ("lookup(*args)", err("syntax", "*args")),
+    ('lookup("France", "population)', err("syntax", "not closed")),
+    ('calculate("1 + 1", **kw)', err("syntax", "**kwargs")),
+    ("<think>I should lookup France", err("no_action", "</think>")),
+]
