@@ -308,7 +308,7 @@ def _stats(
     )  # per episode, however many sequences each has
     lengths = np.concatenate([g.lengths for g in groups] or [np.zeros(0)])
     attn = a["attn_bt"]
-    return {
+    return _process_parts(groups) | {
         "reward": float(rewards.mean()) if rewards.size else 0.0,
         "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
         "groups": float(len(groups)),
@@ -323,3 +323,23 @@ def _stats(
         "packing_efficiency": float(attn.sum()) / max(attn.size, 1),
         "rows_used": float((attn.sum(axis=1) > 0).sum()),
     }
+
+
+PROCESS_PARTS = {"outcome": "reward_outcome", "process": "reward_process",
+                 "process_term": "reward_process_term"}  # fmt: skip
+
+
+def _process_parts(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
+    """Per-episode means of the process reward's parts (``rollout.verifiers.process``), over
+    the groups that carry them: the outcome, r_process and the term added to the outcome;
+    none when the process reward is off."""
+    out = {}
+    for part, metric in PROCESS_PARTS.items():
+        values = [
+            g.floats[g.episodes[1], 1 + g.part_names.index(part)]
+            for g in groups
+            if part in g.part_names
+        ]
+        if values:
+            out[metric] = float(np.concatenate(values).mean()) if sum(map(len, values)) else 0.0
+    return out

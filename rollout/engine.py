@@ -32,6 +32,7 @@ from rollout.env import episode_lease, make_env
 from rollout.episode import Context, Limits, run_episode, run_episode_turns
 from rollout.inference import InferenceClient, Sampling
 from rollout.policies import scripted_oracle
+from rollout.verifiers import verifier_config
 from shared.config import RunConfig
 from shared.tokenizer import Tokenizer
 from shared.wire import Trajectory, TrajectoryGroup
@@ -53,6 +54,11 @@ class EngineStats:
     recent: deque = field(default_factory=lambda: deque(maxlen=50))
     reward_sum: float = 0.0  # over the episodes scored (infra errors are never scored)
     scored: int = 0  # episodes that got a reward: the mean reward is reward_sum / scored
+    # the reward's parts over the same episodes (rollout.verifiers.process): the outcome,
+    # r_process and the process term added (the outcome alone when the process reward is off)
+    outcome_sum: float = 0.0
+    process_sum: float = 0.0
+    process_term_sum: float = 0.0
 
     def observe_steps(self, ms: float) -> None:
         i = next((i for i, b in enumerate(STEP_BUCKETS_MS) if ms <= b), len(STEP_BUCKETS_MS))
@@ -89,6 +95,7 @@ class RolloutEngine:
         inf = cfg.inference
         self.limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
         self.context = Context(cfg.env.history, cfg.env.keep_last)
+        self.verifier = verifier_config(cfg.reward)  # the outcome's defaults, [reward]'s process
         self.sampling = Sampling(
             inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tokenizer.stop_ids
         )
@@ -144,6 +151,7 @@ class RolloutEngine:
                     env = make_env(
                         mode, self.web_url, self.cfg.env, self.cfg.search, session=self.session,
                         lease=lease, run_dir=self.run_dir, episode_id=episode_id,
+                        verifier=self.verifier,
                     )  # fmt: skip
                     scripted = self._scripted(task, i)
                     t0 = time.monotonic()
@@ -197,6 +205,10 @@ class RolloutEngine:
             st["screenshot"] = st["index"] in shots
         self.stats.reward_sum += traj.reward
         self.stats.scored += 1
+        parts = traj.reward_parts
+        self.stats.outcome_sum += parts.get("outcome", traj.reward)
+        self.stats.process_sum += parts.get("process", 0.0)
+        self.stats.process_term_sum += parts.get("process_term", 0.0)
         self.stats.recent.append(
             {"id": rec.episode_id, "task": task["id"], "question": task["question"],
              "template": task.get("template") or task.get("type") or "",

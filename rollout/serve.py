@@ -179,6 +179,19 @@ def _counters(engine: RolloutEngine) -> Iterator[CounterMetricFamily]:
         "rollout_reruns", "Episodes run again after an infra_error.", value=s.reruns
     )
     yield CounterMetricFamily(
+        "rollout_episodes_scored", "Episodes that got a reward.", value=s.scored
+    )
+    parts = CounterMetricFamily(
+        "rollout_reward_parts",
+        "Sums over the scored episodes of the reward (total) and its parts: the outcome, "
+        "r_process in [0, 1] (process) and the term it added (process_term); the outcome "
+        "alone is the total when reward.process is off.",
+        labels=["part"],
+    )
+    for part, value in _reward_parts(s).items():
+        parts.add_metric([part], value)
+    yield parts
+    yield CounterMetricFamily(
         "rollout_stale_groups_dropped",
         "Finished groups the buffer dropped as older than rollout.max_policy_lag.",
         value=engine.buffer.counts["dropped"],
@@ -196,6 +209,15 @@ def _gauges(engine: RolloutEngine) -> Iterator[GaugeMetricFamily]:
         "Share of episodes (infra errors excluded) with reward >= 1.",
         s.successes / max(1, s.episodes - s.infra_errors),
     )
+    means = GaugeMetricFamily(
+        "rollout_reward_mean",
+        "Mean over the scored episodes of the reward (total) and its parts (outcome, "
+        "process, process_term), each apart.",
+        labels=["part"],
+    )
+    for part, value in _reward_parts(s).items():
+        means.add_metric([part], value / max(1, s.scored))
+    yield means
     yield GaugeMetricFamily(
         "rollout_buffer_depth", "Finished groups waiting in the buffer.", engine.buffer.depth
     )
@@ -204,6 +226,13 @@ def _gauges(engine: RolloutEngine) -> Iterator[GaugeMetricFamily]:
     yield GaugeMetricFamily(
         "rollout_policy_version", "Weights version the inference servers hold.", engine.version
     )
+
+
+def _reward_parts(s: EngineStats) -> dict[str, float]:
+    return {
+        "total": s.reward_sum, "outcome": s.outcome_sum, "process": s.process_sum,
+        "process_term": s.process_term_sum,
+    }  # fmt: skip
 
 
 def _step_latency(s: EngineStats) -> HistogramMetricFamily:

@@ -323,6 +323,58 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
+class RewardConfig:
+    """The process reward (``rollout.verifiers.process``), an auxiliary term beside the
+    outcome: r = r_outcome + lambda * r_process, bounded so that no wrong episode
+    (outcome below 1.0, the success threshold) outranks a right one in a GRPO group."""
+
+    process: Literal["off", "evidence", "prm"] = option(
+        "off",
+        "Source of r_process in [0, 1]: `off` (the reward is the outcome alone); `evidence`, "
+        "the fraction of the task's evidence pages the episode reached before answering; "
+        "`prm`, the mean score a process reward model at reward.prm_url gives its steps.",
+    )
+    process_lambda: float = option(
+        0.1, "lambda: the weight of r_process in the reward (0 logs it without training on it).",
+        ge=0, le=1,
+    )  # fmt: skip
+    process_cap: float = option(
+        0.5,
+        "Share of a wrong episode's distance to success (1 - outcome) its process term may "
+        "fill: every wrong total stays below 1.0, every right one at least 1.0. At most 0.9, "
+        "so the gap stays a tenth of that distance (the learner's float32 resolves it).",
+        ge=0, le=0.9,
+    )  # fmt: skip
+    prm_url: str | None = option(
+        None,
+        "The PRM's OpenAI-compatible endpoint: base URL, .../v1, or the full chat-completions "
+        "URL; required by reward.process = 'prm'.",
+    )
+    prm_model: str = option("prm", "The `model` field of the PRM requests.")
+    prm_api_key_env: str | None = option(
+        None, "Environment variable holding the PRM's bearer token, if it needs one."
+    )
+    prm_timeout_s: float = option(30.0, "Timeout of one PRM request.", gt=0, le=600)
+    prm_retries: int = option(
+        2, "Retries of a PRM request (timeout, connection error, 429, 5xx, no score).",
+        ge=0, le=10,
+    )  # fmt: skip
+    prm_max_steps: int = option(
+        8, "Steps of an episode the PRM scores, evenly spread, the last included.", ge=1, le=100
+    )
+    prm_prompt: str = option(
+        "", "The PRM's system message; empty: the built-in rubric, ending in `SCORE: x`."
+    )
+
+    def __post_init__(self) -> None:
+        if self.process == "prm" and not self.prm_url:
+            raise ConfigError(
+                "reward.prm_url is unset: expected the PRM endpoint's URL when "
+                "reward.process = 'prm'"
+            )
+
+
+@dataclass(frozen=True)
 class InferenceConfig:
     """The inference servers speaking SGLang's HTTP API."""
 
@@ -578,6 +630,7 @@ class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)

@@ -36,6 +36,8 @@ function renderTop(ep) {
 function renderReward(ep) {
   const big = document.getElementById("reward");
   big.replaceChildren(fmt.num(ep.reward, 3), " ", ep.reward >= 1 ? badge("success") : null);
+  const split = processSplit(ep.breakdown);
+  if (split) big.append(h("div", {class: "reward-split muted"}, split));
   const rows = Object.entries(ep.breakdown || {}).map(([k, v]) => {
     let cell;
     if (typeof v === "boolean") cell = h("td", {}, h("span", {class: v ? "badge ok" : "badge"}, v ? "yes" : "no"));
@@ -45,6 +47,15 @@ function renderReward(ep) {
   });
   if (!rows.length) rows.push(h("tr", {}, h("td", {class: "muted"}, "no breakdown recorded")));
   document.querySelector("#breakdown tbody").replaceChildren(...rows);
+}
+
+/** The reward's outcome and process term apart (rollout.verifiers.process); null when the
+ * process reward is off. */
+function processSplit(b) {
+  if (!b || typeof b.process_term !== "number") return null;
+  const why = b.process_error || b.process_note;
+  return `outcome ${fmt.num(b.outcome, 3)} + process ${fmt.num(b.process_term, 3)} ` +
+    `(r_process ${fmt.num(b.process, 3)} from ${b.process_source}${why ? `: ${why}` : ""})`;
 }
 
 function renderShot(ep) {

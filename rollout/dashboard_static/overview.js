@@ -191,6 +191,17 @@ function tokens(seqs) {
   return `${seqs.length} turns`;
 }
 
+/** The reward, with its outcome and process term apart when the process reward is on. */
+function rewardCell(ep) {
+  const b = ep.breakdown || {};
+  if (typeof b.process_term !== "number") {
+    return h("td", {class: "num reward"}, rewardBar(ep.reward), fmt.num(ep.reward, 2));
+  }
+  const title = `outcome ${fmt.num(b.outcome, 3)} + process ${fmt.num(b.process_term, 3)} (r_process ${fmt.num(b.process, 3)})`;
+  return h("td", {class: "num reward", title}, rewardBar(ep.reward), fmt.num(ep.reward, 2),
+    h("span", {class: "cut"}, ` (${fmt.num(b.outcome, 2)} + ${fmt.num(b.process_term, 2)})`));
+}
+
 function row(ep) {
   const href = `episode/${encodeURIComponent(ep.id)}`;
   const tr = h(
@@ -199,7 +210,7 @@ function row(ep) {
     h("td", {class: "task"}, h("a", {href}, ep.task)),
     h("td", {}, ep.template),
     h("td", {}, badge(ep.status)),
-    h("td", {class: "num reward"}, rewardBar(ep.reward), fmt.num(ep.reward, 2)),
+    rewardCell(ep),
     h("td", {class: "num", title: ep.step_errors ? `${ep.step_errors} step errors` : null},
       ep.num_steps, ep.step_errors ? h("span", {class: "cut"}, ` (${ep.step_errors}!)`) : null),
     h("td", {class: "num", title: `longest sequence ${Math.max(0, ...ep.sequences)}`}, tokens(ep.sequences)),

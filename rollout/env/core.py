@@ -34,7 +34,7 @@ from rollout.records import EpisodeRecord, Step
 from rollout.registry import envs
 from rollout.tracker import EpisodeTracker
 from rollout.urls import UrlPolicy
-from rollout.verifiers import Reward, VerifierConfig, verify
+from rollout.verifiers import Reward, VerifierConfig, verify, with_process
 from rollout.verifiers.scorers import SCORERS, golds
 
 
@@ -288,9 +288,16 @@ class Environment:
         return reward
 
     async def score(self, answer: str | None) -> Reward:
-        """The episode's reward for ``answer`` (None: it gave none): the task's ``"reward"``
-        (read from the page, or a verifier by name) when it has one, else its ``type``'s
-        verifier. A page that cannot be read scores 0.0 with ``page_reward_error``."""
+        """The episode's reward for ``answer`` (None: it gave none): its outcome (below),
+        plus the process term when ``verifier.process`` is on, logged apart in the
+        breakdown (:mod:`rollout.verifiers.process`)."""
+        outcome = await self.outcome(answer)
+        return await with_process(self.record.task, self.record, outcome, self.verifier)
+
+    async def outcome(self, answer: str | None) -> Reward:
+        """The outcome reward: the task's ``"reward"`` (read from the page, or a verifier by
+        name) when it has one, else its ``type``'s verifier. A page that cannot be read
+        scores 0.0 with ``page_reward_error``."""
         task = self.record.task
         spec = task.get("reward")
         if spec is None:

@@ -3,6 +3,7 @@
 Tasks are plain dicts (``id, question, answer, aliases, type, hops, start_url,
 evidence, gold_path`` and, for ``multi_doc``, ``key_facts``); :func:`verify`
 dispatches on ``type`` (``qa``, ``browse_comp``, ``citation``, ``multi_doc``).
+:func:`with_process` adds the optional process reward (:mod:`rollout.verifiers.process`).
 """
 
 from rollout.verifiers.config import (
@@ -11,9 +12,12 @@ from rollout.verifiers.config import (
     FormatConfig,
     JudgeConfig,
     MultiDocConfig,
+    ProcessConfig,
     VerifierConfig,
+    verifier_config,
 )
 from rollout.verifiers.judge import Judge, JudgeError, JudgeVerdict, length_bias
+from rollout.verifiers.process import with_process
 from rollout.verifiers.reward import Reward, verify, verify_async
 from rollout.verifiers.scorers import TaskError
 
@@ -26,10 +30,13 @@ __all__ = [
     "JudgeError",
     "JudgeVerdict",
     "MultiDocConfig",
+    "ProcessConfig",
     "Reward",
     "TaskError",
     "VerifierConfig",
     "length_bias",
+    "verifier_config",
     "verify",
     "verify_async",
+    "with_process",
 ]

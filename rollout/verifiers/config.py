@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from shared.config import RewardConfig
 
 AnswerMetric = Literal["em", "f1"]
+ProcessSource = Literal["off", "evidence", "prm"]
+PROCESS_SOURCES: tuple[str, ...] = ("off", "evidence", "prm")
+# An episode is right (a success) when its outcome reaches this, as rollout.eval, the
+# engine's success counter and the learner's success rate count it.
+SUCCESS = 1.0
+# The largest process cap: a wrong episode's total stays at least (1 - CAP_MAX) of its
+# distance to SUCCESS below it, a gap float32 advantages still resolve.
+CAP_MAX = 0.9
 DETECTORS: tuple[str, ...] = ("restated_question", "stitched_snippets", "overlong", "no_tool_use")
 
 
@@ -98,6 +109,47 @@ class MultiDocConfig:
 
 
 @dataclass(frozen=True)
+class ProcessConfig:
+    """The process reward, an auxiliary per-episode term (:mod:`rollout.verifiers.process`):
+    ``r = r_outcome + term``, with ``r_process`` in [0, 1] from ``source`` and
+
+    - right (``r_outcome >= SUCCESS``): ``term = weight * r_process``;
+    - wrong: ``term = min(weight * r_process, cap * (SUCCESS - r_outcome))``;
+    - an episode an anti-cheat detector zeroed: ``term = 0``.
+
+    With ``cap < 1`` a wrong episode's total stays below ``SUCCESS`` (strictly), so
+    no wrong episode outranks a right one in a GRPO group, whatever the weight;
+    ``cap <= CAP_MAX`` keeps the gap at least a tenth of the distance.
+    """
+
+    source: ProcessSource = "off"  # "off", "evidence" (pages reached) or "prm" (a PRM endpoint)
+    weight: float = 0.1  # λ above; in [0, 1]
+    cap: float = 0.5  # share of a wrong episode's distance to SUCCESS the term may fill; [0, 0.9]
+    prm: JudgeConfig | None = None  # the PRM endpoint, required by source "prm"
+    prm_max_steps: int = 8  # steps scored per episode (evenly spread, the last included)
+    prm_prompt: str = ""  # the PRM's system message; "" is process.PRM_RUBRIC
+
+    def __post_init__(self) -> None:
+        if self.source not in PROCESS_SOURCES:
+            raise ValueError(f"process.source: {self.source!r}; expected one of {PROCESS_SOURCES}")
+        if not 0 <= self.weight <= 1:
+            raise ValueError("process.weight must be in [0, 1]")
+        if not 0 <= self.cap <= CAP_MAX:
+            raise ValueError(
+                f"process.cap must be in [0, {CAP_MAX}]: at 1 a wrong episode's total could "
+                "reach a right one's"
+            )
+        if self.source == "prm" and self.prm is None:
+            raise ValueError("process.source 'prm' needs process.prm (the endpoint)")
+        if self.prm_max_steps < 1:
+            raise ValueError("process.prm_max_steps must be >= 1")
+
+    @property
+    def on(self) -> bool:
+        return self.source != "off"
+
+
+@dataclass(frozen=True)
 class VerifierConfig:
     """Everything the verifiers read; the defaults suit the local web's tasks."""
 
@@ -106,3 +158,27 @@ class VerifierConfig:
     multi_doc: MultiDocConfig = field(default_factory=MultiDocConfig)
     format: FormatConfig = field(default_factory=FormatConfig)
     anticheat: AntiCheatConfig = field(default_factory=AntiCheatConfig)
+    process: ProcessConfig = field(default_factory=ProcessConfig)
+
+    def __post_init__(self) -> None:
+        if self.process.on and self.format.weight >= SUCCESS:
+            raise ValueError(
+                "format.weight = 1 makes every well-formed answer a success, so the process "
+                "reward could rank a wrong answer above a right one; use a weight below 1"
+            )
+
+
+def verifier_config(reward: RewardConfig) -> VerifierConfig:
+    """The verifier config of a run's ``[reward]`` section (:class:`shared.config.RewardConfig`);
+    everything else keeps its default."""
+    prm = None
+    if reward.prm_url:
+        prm = JudgeConfig(
+            url=reward.prm_url, model=reward.prm_model, api_key_env=reward.prm_api_key_env,
+            timeout_s=reward.prm_timeout_s, retries=reward.prm_retries,
+        )  # fmt: skip
+    process = ProcessConfig(
+        source=reward.process, weight=reward.process_lambda, cap=reward.process_cap, prm=prm,
+        prm_max_steps=reward.prm_max_steps, prm_prompt=reward.prm_prompt,
+    )  # fmt: skip
+    return VerifierConfig(process=process)

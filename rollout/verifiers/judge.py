@@ -17,15 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
 from rollout.verifiers.config import JudgeConfig
 
 VERDICTS = {"VERDICT: CORRECT": True, "VERDICT: INCORRECT": False}
+T = TypeVar("T")
 
 RUBRIC = (
     "You grade answers to research questions. Decide whether the candidate answer is "
@@ -125,10 +126,21 @@ class Judge:
         self, question: str, answer: str, *, reference: str = "", key_facts: Sequence[str] = ()
     ) -> JudgeVerdict:
         """The judge's verdict on ``answer``; :class:`JudgeError` when none could be had."""
+        messages = build_messages(question, answer, reference, key_facts)
+        correct, content, attempts = await self.ask(messages, parse_verdict)
+        return JudgeVerdict(correct, content, attempts)
+
+    async def ask(
+        self, messages: list[dict[str, str]], parse: Callable[[str], T]
+    ) -> tuple[T, str, int]:
+        """One exchange under the config's timeout and retries: (``parse(reply)``, the
+        reply, attempts made). ``parse`` raises :class:`MalformedVerdict` for a reply
+        without a verdict, which is retried like a timeout; :class:`JudgeError` after
+        the last attempt. The judge's grading and the process reward model share it."""
         cfg = self.config
         payload = {
             "model": cfg.model,
-            "messages": build_messages(question, answer, reference, key_facts),
+            "messages": messages,
             "max_tokens": cfg.max_tokens,
             "temperature": cfg.temperature,
         }
@@ -137,7 +149,7 @@ class Judge:
         for attempt in range(1, attempts + 1):
             try:
                 content = await self._request(payload)
-                return JudgeVerdict(parse_verdict(content), content, attempt)
+                return parse(content), content, attempt
             except (_Retryable, MalformedVerdict) as e:
                 last = str(e)
             except JudgeError as e:
