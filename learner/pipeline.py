@@ -182,6 +182,12 @@ def run_with_progress(
     return "".join(stdout)
 
 
+def tested_before(run_dir: Path) -> bool:
+    """Whether the run saved its test results from before GRPO (both temperatures)."""
+    found = list((run_dir / "eval").glob("test-before-*/result.json"))
+    return len(found) >= 2
+
+
 def evaluate_test(
     cfg: RunConfig,
     cfg_args: list[str],
@@ -216,9 +222,46 @@ def evaluate_test(
 
 # ----------------------------------------------------------------------------- summary
 
+INVOCATIONS = "invocations.jsonl"  # one line per `learner.train` invocation of a run
+
+
+def invocations(run_dir: Path) -> list[dict]:
+    """The invocations of the run so far, finished or stopped, oldest first:
+    ``{"started", "minutes", "first_step", "last_step"}`` each."""
+    path = run_dir / INVOCATIONS
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a kill: the rest still count
+            continue
+    return out
+
+
+def record_invocation(
+    run_dir: Path, started: float, minutes: float, first_step: int, last_step: int
+) -> None:
+    """Add one invocation's wall time to the run's ledger (``wall_minutes`` sums it)."""
+    row = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "minutes": round(minutes, 3), "first_step": first_step, "last_step": last_step,
+    }  # fmt: skip
+    path = run_dir / INVOCATIONS
+    cut = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with path.open("a") as fh:  # (after a line cut short by a kill, on a line of its own)
+        fh.write(("\n" if cut else "") + json.dumps(row) + "\n")
+
+
+def wall_minutes_of(run_dir: Path) -> float:
+    """Minutes of every recorded invocation of the run, resumed ones included."""
+    return sum(float(r.get("minutes", 0.0)) for r in invocations(run_dir))
+
 
 def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minutes: float) -> dict:
-    """summary.json, the table on stdout, and curves.png."""
+    """summary.json, the table on stdout, and curves.png. ``wall_minutes`` is the run's
+    whole wall time: every invocation of a resumed run (``invocations.jsonl``)."""
     t = cfg.inference.temperature
     sft, grpo = results["before"], results["after"]
     summary = {
@@ -235,9 +278,12 @@ def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minu
         "cis_overlap": not (grpo["ci95"][0] > sft["ci95"][1] or sft["ci95"][0] > grpo["ci95"][1]),
         "sft_greedy_success": results["before_greedy"]["success_rate"],
         "grpo_greedy_success": results["after_greedy"]["success_rate"],
+        "sft_greedy_ci95": results["before_greedy"]["ci95"],
+        "grpo_greedy_ci95": results["after_greedy"]["ci95"],
         "steps": cfg.learner.steps,
         "seed": cfg.learner.seed,
         "wall_minutes": round(wall_minutes, 2),
+        "invocations": len(invocations(run_dir)),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "summary.txt").write_text(table(summary) + "\n")

@@ -82,10 +82,17 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     primary = not initialize(cfg.mesh) or _process_index() == 0
     from learner.embedded import Children, start_embedded, start_sidecar
     from learner.loop import Trainer
-    from learner.pipeline import evaluate_test, summarize, warm_start
+    from learner.pipeline import (
+        evaluate_test,
+        record_invocation,
+        summarize,
+        tested_before,
+        wall_minutes_of,
+        warm_start,
+    )
     from learner.source import GroupSource
 
-    t_start = time.monotonic()
+    t_start, started_at = time.monotonic(), time.time()
     run_dir = run_dir_of(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     if primary:
@@ -100,6 +107,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     embedded = not cfg.rollout.urls
     trainer = None
     results: dict[str, dict] = {}
+    first_step = -1
     try:
         with Children(run_dir / "logs") as children:
             web, inference, urls = cfg.web.url, list(cfg.inference.urls), list(cfg.rollout.urls)
@@ -129,8 +137,9 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                 for key, temp in ((tag, cfg.inference.temperature), (f"{tag}_greedy", 0.0)):
                     results[key] = evaluate_test(cfg, cfg_args, run_dir, web, inference, tag, temp)
 
-            if testing and int(trainer.state.step) == 0:
-                test("before")
+            first_step = int(trainer.state.step)
+            if testing and (first_step == 0 or tested_before(run_dir)):
+                test("before")  # (a resumed run reads the results it saved at step 0)
             if embedded:
                 urls = [
                     start_sidecar(children, cfg_args, trainer.ckpt_root, run_dir, web, inference[0])
@@ -146,10 +155,16 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     finally:
         if trainer is not None:
             trainer.close()
+        if primary:  # every invocation counts in the run's wall time, a failed one too
+            last = int(trainer.state.step) if trainer is not None else -1
+            record_invocation(
+                run_dir, started_at, (time.monotonic() - t_start) / 60,
+                first_step, last,
+            )  # fmt: skip
     step = int(trainer.state.step)
     print(f"trained to step {step}; run dir {run_dir}", flush=True)
     if {"before", "before_greedy", "after", "after_greedy"} <= set(results):
-        summarize(cfg, run_dir, results, (time.monotonic() - t_start) / 60)
+        summarize(cfg, run_dir, results, wall_minutes_of(run_dir))
         print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
 

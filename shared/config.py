@@ -306,7 +306,8 @@ class RolloutConfig:
     task_templates: tuple[str, ...] = option(
         (),
         "Task templates episodes draw from (names as `python -m rollout.tasks --list` "
-        "prints them); empty: every template of task_types.",
+        "prints them, or the tool domain's: tools_per_capita, ...); empty: every template "
+        "of task_types.",
     )
     auth_token: str | None = option(
         None, "Bearer token every sidecar request must carry; unset accepts any."

@@ -5,7 +5,7 @@
 - ``file``: the tasks of a JSONL file (``rollout.tasks_file``; ``--tasks FILE``), one task per
   line, in the generator's schema.
 - ``tools``: the tool-calling domain's tasks (:func:`rollout.tools.generate_tasks`), for
-  ``env.kind = "tools"``.
+  ``env.kind = "tools"``, narrowed by ``rollout.task_templates``.
 
 A source is called with a :class:`~rollout.registry.TaskRequest` and returns a list of
 task dicts; a plugin's source has the same signature (see README, "Extending").
@@ -44,11 +44,12 @@ def from_file(request: TaskRequest) -> list[dict]:
 
 
 def tools(request: TaskRequest) -> list[dict]:
-    """The tool-calling domain's ``request.split``, ``request.n`` tasks (2000 when None)."""
+    """The tool-calling domain's ``request.split``, ``request.n`` tasks (2000 when None),
+    narrowed to ``rollout.task_templates`` (``tools_per_capita``, ...) when it names any."""
     from rollout.tools import generate_tasks
 
     n = request.n if request.n is not None else GENERATED_DEFAULT_N
-    return generate_tasks(request.split, n, request.seed)
+    return generate_tasks(request.split, n, request.seed, request.rollout.task_templates)
 
 
 task_sources.register("generated", generated)

@@ -3,8 +3,8 @@
 Like :class:`rollout.policies.OraclePolicy` it writes model text in the mode's
 dialect (calls) and knows only the plan, not the answer: it fills the
 ``calculate`` expression with the values its lookups returned (the task's
-``formula``), then answers with the calculator's result rounded as the question
-asks, or with the country whose looked-up value is highest (lowest). When a
+``formula``, which rounds as the question asks), then answers with the calculator's
+result as it was shown, or with the country whose looked-up value is highest (lowest). When a
 value it needs is missing from its observations it answers ``unknown``. Its
 success therefore shows that the tools return the figures the tasks were built
 from and that the dialect round-trips through the parser.
@@ -16,7 +16,6 @@ import json
 import re
 
 from rollout.tools.data import fold
-from rollout.tools.tasks import format_answer
 
 GIVE_UP = "unknown"
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
@@ -79,7 +78,7 @@ class ToolOracle:
         if self.task.get("formula"):
             if self.result is None:
                 return GIVE_UP
-            return format_answer(float(self.result), int(self.task["decimals"]))
+            return self.result
         read = [(self._value(a), a["country"]) for a in self.lookups]
         if not read or any(v is None for v, _ in read):
             return GIVE_UP

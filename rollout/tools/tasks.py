@@ -1,14 +1,14 @@
 """Tasks of the tool domain: questions that need several lookups and usually arithmetic.
 
 Each template yields candidates from the same figures ``lookup`` returns; a
-numeric answer is the gold path's own ``calculate`` expression, evaluated by the
-calculator and rounded as the question asks, and carries a relative
+numeric answer is the gold path's own ``calculate`` expression, which rounds as the
+question asks (``round(a / b, -2)``), evaluated by the calculator, and carries a relative
 ``tolerance`` of half the rounding step (the ``qa`` verifier accepts a number
 within it). "Which of ...?" answers are a country's name, with no tolerance and a
 clear winner (5% ahead). Tasks use the harness's schema (``id, question, answer,
 aliases, type, hops, start_url, evidence, gold_path, template, subject``) plus
 ``mode: "tools"`` and what the oracle needs to answer from its observations:
-``formula`` (the expression with ``{i}`` for the i-th lookup's value),
+``formula`` (the expression with ``{i}`` for the i-th lookup's value, its rounding included),
 ``decimals`` (the rounding), or ``pick`` (``highest`` / ``lowest``).
 
 Splits follow :func:`rollout.tasks.generate.split_of` on the countries, keyed as
@@ -23,7 +23,7 @@ import copy
 import hashlib
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -315,10 +315,11 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         path.append({"action": "list_countries", "args": {"filter": c.list_filter}})
     path += [{"action": "lookup", "args": {"country": n, "indicator": i}} for n, i in c.lookups]
     answer, tol = c.answer, None
-    if c.formula is not None:
-        expression = c.formula.format(*values)
+    formula = None if c.formula is None else f"round({c.formula}, {c.decimals})"
+    if formula is not None:
+        expression = formula.format(*values)
         path.append({"action": "calculate", "args": {"expression": expression}})
-        value = round(evaluate(expression), c.decimals)
+        value = float(evaluate(expression))
         if not c.min_abs <= abs(value) <= c.max_abs:
             return None
         answer, tol = format_answer(value, c.decimals), tolerance(value, c.decimals)
@@ -338,7 +339,7 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         "mode": "tools",
     }
     if c.formula is not None:
-        task.update(derived=True, tolerance=tol, formula=c.formula, decimals=c.decimals)
+        task.update(derived=True, tolerance=tol, formula=formula, decimals=c.decimals)
     else:
         task["pick"] = c.pick
     return task
@@ -355,13 +356,21 @@ def candidates(split: str) -> dict[str, tuple[dict, ...]]:
     return out
 
 
-def generate_tasks(split: str, n: int, seed: int = 0) -> list[dict]:
-    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``."""
+def generate_tasks(split: str, n: int, seed: int = 0, templates: Sequence[str] = ()) -> list[dict]:
+    """``n`` tasks of ``split``, drawn evenly across ``templates`` (all when empty),
+    deterministic in ``seed``."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    unknown = sorted(set(templates) - set(TEMPLATES))
+    if unknown:
+        raise ValueError(
+            f"unknown tool template(s) {', '.join(unknown)}; known: {', '.join(sorted(TEMPLATES))}"
+        )
     rng = random.Random(f"{seed}|{split}|tools")
     pools = []
-    for _, tasks in sorted(candidates(split).items()):
+    for name, tasks in sorted(candidates(split).items()):
+        if templates and name not in templates:
+            continue
         pool = list(tasks)
         rng.shuffle(pool)
         if pool:

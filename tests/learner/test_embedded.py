@@ -85,3 +85,26 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert _groups_alive(pids) == []  # no grandchild (browser) either
+    assert (
+        summary["sft_greedy_ci95"]
+        == json.loads((run / "eval" / "test-before-greedy" / "result.json").read_text())["ci95"]
+    )
+    assert len(summary["grpo_greedy_ci95"]) == 2
+
+    # Resumed for one more step: the summary is written again from the saved results
+    # before GRPO, and its wall time counts both invocations.
+    first = [json.loads(x) for x in (run / "invocations.jsonl").read_text().splitlines()]
+    assert len(first) == 1 and first[0]["first_step"] == 0 and first[0]["last_step"] == 3
+    more = [a for s in sets for a in ("--set", s)] + ["--set", "learner.steps=4"]
+    out = subprocess.run(
+        [sys.executable, "-m", "learner.train", *more],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "invocations.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and rows[1]["first_step"] == 3 and rows[1]["last_step"] == 4
+    resumed = json.loads((run / "summary.json").read_text())
+    assert resumed["invocations"] == 2
+    assert resumed["wall_minutes"] == pytest.approx(sum(r["minutes"] for r in rows), abs=0.01)
+    assert resumed["wall_minutes"] > summary["wall_minutes"]
+    assert resumed["sft_success"] == summary["sft_success"]  # the saved results, not new ones

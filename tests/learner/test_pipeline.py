@@ -170,8 +170,11 @@ def test_summary_writes_json_table_and_plot(tmp_path):
     required = {
         "mode", "n_test", "temperature", "sft_success", "sft_ci95", "grpo_success", "grpo_ci95",
         "gain_points", "sft_greedy_success", "grpo_greedy_success", "wall_minutes",
+        "sft_greedy_ci95", "grpo_greedy_ci95",
     }  # fmt: skip
     assert required <= set(s)
+    assert s["sft_greedy_ci95"] == results["before_greedy"]["ci95"]
+    assert s["grpo_greedy_ci95"] == results["after_greedy"]["ci95"]
     assert s["gain_points"] == pytest.approx(100 * 70 / 300, abs=0.01)
     assert s["cis_overlap"] is False and s["n_test"] == 300
     text = table(s)
@@ -312,3 +315,24 @@ def test_a_childs_progress_is_shown_as_the_parents_and_its_log_kept(tmp_path, ca
             tmp_path / "y.log", timeout=1,
         )  # fmt: skip
     assert time.monotonic() - t0 < 20
+
+
+def test_wall_minutes_count_every_invocation_of_a_run(tmp_path):
+    from learner.pipeline import invocations, record_invocation, tested_before, wall_minutes_of
+
+    assert wall_minutes_of(tmp_path) == 0.0 and invocations(tmp_path) == []
+    record_invocation(tmp_path, 1.8e9, 12.5, 0, 10)
+    record_invocation(tmp_path, 1.8e9 + 900, 7.25, 10, 24)
+    with (tmp_path / "invocations.jsonl").open("a") as fh:
+        fh.write('{"started": "2027-01-15T08:45:00Z", "minu')  # a line cut short by a kill
+    rows = invocations(tmp_path)
+    assert [(r["first_step"], r["last_step"]) for r in rows] == [(0, 10), (10, 24)]
+    assert rows[0]["started"] == "2027-01-15T08:00:00Z"
+    assert wall_minutes_of(tmp_path) == pytest.approx(19.75)
+    assert not tested_before(tmp_path)
+    for name in ("before-t1", "before-greedy"):
+        (tmp_path / "eval" / f"test-{name}").mkdir(parents=True)
+        (tmp_path / "eval" / f"test-{name}" / "result.json").write_text("{}")
+    assert tested_before(tmp_path)
+    record_invocation(tmp_path, 1.8e9 + 2000, 1.0, 24, 24)
+    assert wall_minutes_of(tmp_path) == pytest.approx(20.75)

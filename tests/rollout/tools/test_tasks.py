@@ -92,3 +92,22 @@ def test_an_unknown_split_or_too_many_tasks_is_an_error():
         generate_tasks("validation", 1)
     with pytest.raises(ValueError, match="tool tasks exist"):
         generate_tasks("test", 10**6)
+
+
+def test_templates_narrow_the_draw_and_an_unknown_one_is_named():
+    chosen = ("tools_per_capita", "tools_ratio")
+    tasks = generate_tasks("train", 60, templates=chosen)
+    assert {t["template"] for t in tasks} == set(chosen)
+    assert all(t["formula"].startswith("round(") for t in tasks)
+    with pytest.raises(ValueError, match="tools_nope"):
+        generate_tasks("train", 5, templates=("tools_nope",))
+
+
+def test_the_tools_source_takes_rollout_task_templates():
+    from rollout.registry import TaskRequest, task_sources
+    from shared.config import from_dict
+
+    cfg = from_dict({"env": {"kind": "tools"}, "rollout": {"task_templates": ["tools_density"]}})
+    request = TaskRequest(cfg=cfg, split="dev", n=10, seed=0, web_url="")
+    tasks = task_sources.get("tools")(request)
+    assert len(tasks) == 10 and {t["template"] for t in tasks} == {"tools_density"}
