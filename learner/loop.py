@@ -340,16 +340,19 @@ class _Progress:
 
 
 def grpo_line(r: dict[str, Any], total: int) -> str:
-    """``grpo step 12/200  reward 0.412  success 0.375  KL 0.0012  entropy 1.83
-    1234 tok/s  step 2.31 s (wait 0.40 s)  lag 0.6``."""
+    """``grpo step 12/200  reward 0.412  success 0.375  KL 0.0375  entropy 1.83
+    1234 tok/s  step 2.31 s (wait 0.40 s)  lag 0.6``. KL is the policy's to the frozen
+    reference (``kl_ref``) when a KL term is on, else to the policy that sampled the
+    batch (``approx_kl``: 0 on the first update of a batch)."""
 
     def num(key: str, fmt: str) -> str:
         v = r.get(key)
         return "n/a" if v is None else format(v, fmt)
 
+    kl = "kl_ref" if r.get("kl_ref") is not None else "approx_kl"
     return (
         f"grpo step {r['step']}/{total}  reward {r['reward']:.3f}  success {r['success']:.3f}  "
-        f"KL {num('approx_kl', '.4f')}  entropy {num('entropy', '.3f')}  "
+        f"KL {num(kl, '.4f')}  entropy {num('entropy', '.3f')}  "
         f"{r['tokens_per_s']:.0f} tok/s  step {r['step_s']:.2f} s (wait {r['wait_s']:.2f} s)  "
         f"lag {num('policy_lag', '.1f')}"
     )

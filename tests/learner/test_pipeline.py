@@ -336,3 +336,14 @@ def test_wall_minutes_count_every_invocation_of_a_run(tmp_path):
     assert tested_before(tmp_path)
     record_invocation(tmp_path, 1.8e9 + 2000, 1.0, 24, 24)
     assert wall_minutes_of(tmp_path) == pytest.approx(20.75)
+
+
+def test_the_grpo_line_shows_the_kl_to_the_reference_when_there_is_one():
+    from learner.loop import grpo_line
+
+    r = {"step": 3, "reward": 0.5, "success": 0.25, "approx_kl": 0.0, "entropy": 0.3,
+         "tokens_per_s": 800.0, "step_s": 50.0, "wait_s": 0.1, "policy_lag": 1.0}  # fmt: skip
+    assert "KL 0.0000" in grpo_line(r, 24)
+    line = grpo_line({**r, "kl_ref": 0.0375}, 24)
+    assert line.startswith("grpo step 3/24  reward 0.500  success 0.250  KL 0.0375  ")
+    assert "lag 1.0" in grpo_line({**r, "kl_ref": None}, 24)
