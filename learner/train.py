@@ -26,6 +26,7 @@ from pathlib import Path
 from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.toml"
+log = logging.getLogger("learner.train")
 
 
 def run_dir_of(cfg: RunConfig) -> Path:
@@ -113,7 +114,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             web, inference, urls = cfg.web.url, list(cfg.inference.urls), list(cfg.rollout.urls)
             if embedded:
                 if not web:  # web.url names a running local web, else start one
-                    web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
+                    web = start_web(children, cfg_args, run_dir)
                 if cfg.sft.demos and not cfg.learner.init_checkpoint:
                     # (a resumed run reuses the committed SFT checkpoint: its KL reference)
                     root = warm_start(cfg, cfg_args, run_dir, web, children)
@@ -167,6 +168,32 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
         summarize(cfg, run_dir, results, wall_minutes_of(run_dir))
         print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
+
+
+WEB_PORT_FILE = "web_port"  # the embedded web's port, kept for a resumed run
+
+
+def start_web(children, cfg_args: list[str], run_dir: Path) -> str:
+    """Start the embedded local web on a free port, or on the port an earlier invocation
+    of this run had (``<run>/web_port``), and return its URL. A small policy learns the
+    port its demonstrations were recorded on (README, "Process reward"), so a resumed
+    run keeps it; when that port is taken the web gets a new one, with a warning."""
+    import socket
+    from urllib.parse import urlsplit
+
+    saved, port = run_dir / WEB_PORT_FILE, 0
+    if saved.is_file():
+        with contextlib.suppress(ValueError):
+            port = int(saved.read_text().strip())
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                log.warning("the run's web port %d is taken: the web gets a new one", port)
+                port = 0
+    url = children.start("web", ["rollout.web", "--port", str(port), *cfg_args])
+    saved.write_text(f"{urlsplit(url).port}\n")
+    return url
 
 
 def logs_line(cfg: RunConfig, run_dir: Path) -> str:

@@ -101,6 +101,9 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
+    # the same web port as the first invocation: the policy learned the port of its demos
+    port = (run / "web_port").read_text().strip()
+    assert f"web started at http://127.0.0.1:{port} " in out.stderr
     rows = [json.loads(x) for x in (run / "invocations.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and rows[1]["first_step"] == 3 and rows[1]["last_step"] == 4
     resumed = json.loads((run / "summary.json").read_text())
