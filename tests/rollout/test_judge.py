@@ -31,25 +31,9 @@ from rollout.verifiers.judge import (
     length_bias,
     parse_verdict,
 )
+from tests.rollout.chat_stub import completion, serve_chat
 
 QUESTION = "What is the capital of France?"
-
-
-def completion(model: str, content: str) -> dict:
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
 
 
 def valid_request(body: object) -> bool:
@@ -112,16 +96,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 @pytest_asyncio.fixture
 async def server():
-    state = FakeJudge()
-    app = web.Application()
-    app[STATE] = state
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    state.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield state
-    await runner.cleanup()
+    async with serve_chat(STATE, FakeJudge(), chat_completions) as state:
+        yield state
 
 
 def config(app, **over):

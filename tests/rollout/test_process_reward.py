@@ -48,6 +48,7 @@ from rollout.verifiers.process import (
 from rollout.verifiers.reward import format_tiers
 from shared.config import ConfigError, RewardConfig, load
 from shared.wire import Trajectory, TrajectoryGroup
+from tests.rollout.chat_stub import completion, serve_chat
 
 WEB = "http://127.0.0.1:8900"
 PAGE_A, PAGE_B = f"{WEB}/wiki/Alpha", f"{WEB}/wiki/Beta"
@@ -228,15 +229,6 @@ async def test_the_environment_adds_the_term_and_logs_it_apart():
 # ----------------------------------------------------------------------------- PRM
 
 
-def completion(model: str, content: str) -> dict:
-    return {
-        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }  # fmt: skip
-
-
 @dataclass
 class FakePrm:
     requests: list = field(default_factory=list)
@@ -276,16 +268,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 @pytest_asyncio.fixture
 async def prm():
-    state = FakePrm()
-    app = web.Application()
-    app[STATE] = state
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    state.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    yield state
-    await runner.cleanup()
+    async with serve_chat(STATE, FakePrm(), chat_completions) as state:
+        yield state
 
 
 def prm_config(server: FakePrm, *, max_steps: int = 8, **over) -> VerifierConfig:
