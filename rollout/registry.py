@@ -255,14 +255,14 @@ class Registry(Generic[T]):
             if eps and name not in self._settled:
                 raise RegistryError(
                     f"{self.label} {name!r} is registered in the tree (or by code) and again by "
-                    f"{', '.join(_dist_name(ep) for ep in eps)} in the entry-point group "
+                    f"{', '.join(sorted(_dist_name(ep) for ep in eps))} in the entry-point group "
                     f"{self.group}; a plugin cannot take an existing name"
                 )
             return self._entries[name]
         if not eps:
             raise UnknownName(self._unknown(name))
         if len(eps) > 1:
-            dists = ", ".join(_dist_name(ep) for ep in eps)
+            dists = ", ".join(sorted(_dist_name(ep) for ep in eps))  # listing order varies by fs
             raise RegistryError(
                 f"{self.label} {name!r} is registered by more than one plugin ({dists}) "
                 f"in the entry-point group {self.group}; uninstall all but one"
