@@ -8,7 +8,10 @@
 2. Test evaluation (``learner.test_tasks`` > 0): ``python -m rollout.eval
    --policy server --split test`` against the inference server, at the sampling
    temperature and greedily, before GRPO and after it.
-3. Summary: a table on stdout and in ``summary.txt``, ``summary.json``,
+3. With ``learner.train --control``, after the test evaluation of GRPO: the
+   control, GRPO's wall time spent on more SFT from the same warm start instead
+   (:func:`control_sft`), tested the same way (``control_*`` in the summary).
+4. Summary: a table on stdout and in ``summary.txt``, ``summary.json``,
    ``curves.png`` (reward and success over steps, the test results beside them) in
    the run directory; with W&B or MLflow among ``logging.trackers``, the summary's
    numbers and these files go to the training's tracker run too.
@@ -19,12 +22,14 @@ restarted run finds it there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from learner.embedded import Children
@@ -110,6 +115,57 @@ def warm_start(
     train_sft(cfg, data, sft_dir)
     (sft_dir / "done.json").write_text(json.dumps({"minutes": (time.monotonic() - t0) / 60}))
     return root
+
+
+def sft_seconds_per_step(run_dir: Path) -> float:
+    """The warm start's measured SFT seconds per step (its last ``sft_metrics.jsonl`` line)."""
+    last = None
+    path = run_dir / "sft" / "sft_metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                last = json.loads(line)
+    if not last or not last.get("step"):
+        raise RuntimeError(f"{path}: no SFT step timed; the control needs the warm start's pace")
+    return float(last["elapsed_s"]) / int(last["step"])
+
+
+def control_sft(cfg: RunConfig, run_dir: Path, grpo_minutes: float) -> tuple[Path, int]:
+    """The control of ``learner.train --control``: GRPO's wall time spent on more SFT
+    instead. From the warm start's checkpoint, SFT goes on over the same noisy-oracle
+    demonstrations (its recipe: learning rate, warm-up and cosine decay, copy rows, now
+    over the control's steps, in a fresh data order) for as many steps as the warm
+    start's measured pace fits in ``grpo_minutes``. (checkpoint directory, steps);
+    reused when already committed."""
+    from learner.checkpoint import latest_committed_step
+    from learner.sft import train_sft
+
+    out = run_dir / "control"
+    root = out / "checkpoints"
+    done = latest_committed_step(root)
+    if done is not None:
+        say(f"control: reusing {root} ({done} SFT steps)")
+        return root, done
+    per_step = sft_seconds_per_step(run_dir)
+    steps = max(1, round(grpo_minutes * 60 / per_step))
+    say(
+        f"control: {grpo_minutes:.1f} min of GRPO = {steps} more SFT steps at the warm "
+        f"start's {per_step:.2f} s/step"
+    )
+    sft = replace(
+        cfg.sft,
+        init_checkpoint=str(run_dir / "sft" / "checkpoints"),
+        steps=steps,
+        copy_steps=0,
+        warmup_steps=min(cfg.sft.warmup_steps, max(steps // 10, 1)),
+        seed=cfg.sft.seed + 1,
+    )
+    t0 = time.monotonic()
+    train_sft(replace(cfg, sft=sft), run_dir / "sft" / "sft.jsonl", out)
+    minutes = (time.monotonic() - t0) / 60
+    (out / "done.json").write_text(json.dumps({"steps": steps, "minutes": minutes}))
+    say(f"control: {steps} SFT steps in {minutes:.1f} min (GRPO: {grpo_minutes:.1f} min)")
+    return root, steps
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -241,12 +297,15 @@ def invocations(run_dir: Path) -> list[dict]:
 
 
 def record_invocation(
-    run_dir: Path, started: float, minutes: float, first_step: int, last_step: int
-) -> None:
-    """Add one invocation's wall time to the run's ledger (``wall_minutes`` sums it)."""
+    run_dir: Path, started: float, minutes: float, first_step: int, last_step: int,
+    grpo_minutes: float = 0.0,
+) -> None:  # fmt: skip
+    """Add one invocation's wall time (and its GRPO phase's) to the run's ledger
+    (``wall_minutes`` and :func:`grpo_minutes_of` sum them)."""
     row = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "minutes": round(minutes, 3), "first_step": first_step, "last_step": last_step,
+        "grpo_minutes": round(grpo_minutes, 3),
     }  # fmt: skip
     path = run_dir / INVOCATIONS
     cut = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
@@ -257,6 +316,12 @@ def record_invocation(
 def wall_minutes_of(run_dir: Path) -> float:
     """Minutes of every recorded invocation of the run, resumed ones included."""
     return sum(float(r.get("minutes", 0.0)) for r in invocations(run_dir))
+
+
+def grpo_minutes_of(run_dir: Path, now: float = 0.0) -> float:
+    """Minutes the run's GRPO phase took over its recorded invocations, plus ``now`` (the
+    running invocation's, not yet recorded)."""
+    return now + sum(float(r.get("grpo_minutes", 0.0)) for r in invocations(run_dir))
 
 
 def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minutes: float) -> dict:
@@ -282,6 +347,7 @@ def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minu
         "grpo_greedy_ci95": results["after_greedy"]["ci95"],
         "steps": cfg.learner.steps,
         "seed": cfg.learner.seed,
+        **_control_keys(run_dir, results),
         "wall_minutes": round(wall_minutes, 2),
         "invocations": len(invocations(run_dir)),
     }
@@ -294,6 +360,27 @@ def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minu
         log.warning("no plot: %s", e)
     track_summary(cfg, run_dir, summary)
     return summary
+
+
+def _control_keys(run_dir: Path, results: dict[str, dict]) -> dict:
+    """The control's keys (``learner.train --control``), when it ran."""
+    if "control_greedy" not in results:
+        return {}
+    out = {
+        "control_greedy_success": results["control_greedy"]["success_rate"],
+        "control_greedy_ci95": results["control_greedy"]["ci95"],
+    }
+    if "control" in results:
+        out.update(
+            control_success=results["control"]["success_rate"],
+            control_ci95=results["control"]["ci95"],
+            control_mean_reward=results["control"]["mean_reward"],
+        )
+    done = run_dir / "control" / "done.json"
+    if done.is_file():
+        d = json.loads(done.read_text())
+        out.update(control_sft_steps=d["steps"], control_minutes=round(d["minutes"], 2))
+    return out
 
 
 def track_summary(cfg: RunConfig, run_dir: Path, summary: dict) -> None:
@@ -329,9 +416,22 @@ def table(s: dict) -> str:
         f"{s['sft_mean_reward']:>11.3f}  {s['sft_greedy_success']:>7.3f}",
         f"{'after GRPO':12}{s['grpo_success']:>9.3f}  {ci(s['grpo_ci95']):>16}  "
         f"{s['grpo_mean_reward']:>11.3f}  {s['grpo_greedy_success']:>7.3f}",
-        f"gain {s['gain_points']:+.1f} points; confidence intervals "
-        f"{'overlap' if s['cis_overlap'] else 'do not overlap'}; {s['wall_minutes']:.1f} min",
     ]
+    if "control_success" in s:
+        rows.append(
+            f"{'SFT control':12}{s['control_success']:>9.3f}  {ci(s['control_ci95']):>16}  "
+            f"{s.get('control_mean_reward', float('nan')):>11.3f}  "
+            f"{s['control_greedy_success']:>7.3f}"
+        )
+    rows.append(
+        f"gain {s['gain_points']:+.1f} points; confidence intervals "
+        f"{'overlap' if s['cis_overlap'] else 'do not overlap'}; {s['wall_minutes']:.1f} min"
+    )
+    greedy = f"greedy: SFT start {ci(s['sft_greedy_ci95'])}, after GRPO {ci(s['grpo_greedy_ci95'])}"
+    if "control_greedy_ci95" in s:
+        greedy += f", SFT control {ci(s['control_greedy_ci95'])}"
+        greedy += f" ({s.get('control_sft_steps', '?')} more SFT steps in GRPO's time)"
+    rows.append(greedy)
     return "\n".join(rows)
 
 

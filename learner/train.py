@@ -84,7 +84,9 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.embedded import Children, start_embedded, start_sidecar
     from learner.loop import Trainer
     from learner.pipeline import (
+        control_sft,
         evaluate_test,
+        grpo_minutes_of,
         record_invocation,
         summarize,
         tested_before,
@@ -109,6 +111,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     trainer = None
     results: dict[str, dict] = {}
     first_step = -1
+    grpo_s = 0.0  # this invocation's GRPO phase (the control spends the run's total)
     try:
         with Children(run_dir / "logs") as children:
             web, inference, urls = cfg.web.url, list(cfg.inference.urls), list(cfg.rollout.urls)
@@ -148,11 +151,23 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             source = GroupSource(urls, auth_token=cfg.rollout.auth_token)
             if web and inference:
                 trainer.evaluator = DevEvaluator(args, web, inference, run_dir)
+            t_grpo = time.monotonic()
             trainer.run(source)
+            grpo_s = time.monotonic() - t_grpo
             if embedded:
                 children.stop_one("sidecar")  # its rollouts would compete with the evaluation
             if testing and trainer.version == int(trainer.state.step):
                 test("after")
+                if args.control:
+                    root, steps = control_sft(cfg, run_dir, grpo_minutes_of(run_dir, grpo_s / 60))
+                    children.stop_one("inference")  # the control's own server, on its weights
+                    served = children.start(
+                        "control-inference",
+                        ["learner.serve", "--checkpoint", str(root / str(steps)), "--port", "0",
+                         *cfg_args, "--weight-version", str(steps)],
+                    )  # fmt: skip
+                    inference = [served]
+                    test("control")
     finally:
         if trainer is not None:
             trainer.close()
@@ -160,7 +175,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             last = int(trainer.state.step) if trainer is not None else -1
             record_invocation(
                 run_dir, started_at, (time.monotonic() - t_start) / 60,
-                first_step, last,
+                first_step, last, grpo_s / 60,
             )  # fmt: skip
     step = int(trainer.state.step)
     print(f"trained to step {step}; run dir {run_dir}", flush=True)
@@ -258,8 +273,18 @@ def main(argv: list[str] | None = None) -> int:
         help="with --dry-run: search the longest row that fits mesh.device_memory_gib "
         "(by the compiled figure with --compile, else by the estimate)",
     )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="after GRPO and its test evaluation, spend GRPO's wall time on more SFT from "
+        "the same warm start instead and test that too (control_* in summary.json); "
+        "embedded runs with a warm start (sft.demos) and learner.test_tasks only",
+    )
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
+    if args.control and not (cfg.sft.demos and cfg.learner.test_tasks and not cfg.rollout.urls):
+        parser.error("--control needs an embedded run with a warm start (sft.demos > 0) "
+                     "and a test evaluation (learner.test_tasks > 0)")  # fmt: skip
     setup_logging(cfg)
     if args.dry_run:
         if args.compile:

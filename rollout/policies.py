@@ -184,6 +184,7 @@ class NoisyOraclePolicy(OraclePolicy):
         *,
         p: float = 0.35,
         seed: int = 0,
+        premature: float = 0.0,
         shortcut: bool = False,
         query: str = "gold",
         article: bool = False,
@@ -191,11 +192,19 @@ class NoisyOraclePolicy(OraclePolicy):
         super().__init__(task, mode, web_url, shortcut=shortcut, query=query, article=article)
         self.p = p
         self.rng = random.Random(seed)
+        # one hop short this episode: drawn from a stream of its own, so the other
+        # mistakes' draws are the same for a given seed whatever ``premature`` is
+        short = premature and random.Random(f"premature-{seed}").random() < premature
+        self.bridge = _bridge(task) if short else None
 
     def next(self, observation: str) -> str:
         self.last_view = observation  # its mistakes come from this view
         if self.pending_click is not None:  # a search typed: press its button first
             return super().next(observation)
+        if self.bridge is not None and self._bridge_in_view(observation):
+            self.seen.append(_fold(observation))
+            self.plan, self.answering = [], True
+            return self._call("answer", self.bridge)
         if self.plan and self.plan[0]["action"] == "visit" and self.rng.random() < self.p:
             wrong = self._other_url(self.plan[0]["args"]["url"])
             if wrong is not None:
@@ -208,6 +217,12 @@ class NoisyOraclePolicy(OraclePolicy):
             if name is not None:
                 return self._call("answer", name)
         return text
+
+    def _bridge_in_view(self, observation: str) -> bool:
+        """The first evidence is in this view and the last has not been read."""
+        first, last = self.task["evidence"][0]["quote"], self.task["evidence"][-1]["quote"]
+        read = "\n".join(self.seen)
+        return _fold(first) in _fold(observation) and _fold(last) not in read + _fold(observation)
 
     def _other_url(self, right: str) -> str | None:
         """Another link from the last view: not the right one, nor the page in view (its
@@ -222,6 +237,18 @@ class NoisyOraclePolicy(OraclePolicy):
         return self.rng.choice(sorted(names)) if names else None
 
 
+def _bridge(task: dict) -> str | None:
+    """The entity a multi-hop task's first evidence leads to: the last name in its quote
+    ("... serving Mykonos Island, Greece." -> "Greece"); None for one hop, or when the
+    quote names nothing or names the answer itself."""
+    if len(task.get("evidence") or ()) < 2:
+        return None
+    names = _NAME.findall(task["evidence"][0]["quote"])
+    if not names or _fold(names[-1]) == _fold(task["answer"]):
+        return None
+    return names[-1]
+
+
 def oracle_factory(mode: str):
     """The in-tree modes' scripted oracle, as an environment kind's ``oracle``
     (:class:`rollout.registry.EnvKind`): ``make(task, web_url, rollout, *, noisy, seed)``
@@ -231,7 +258,10 @@ def oracle_factory(mode: str):
     def make(task: dict, web_url: str, rollout, *, noisy: bool = False, seed: int = 0):
         how = oracle_options(rollout)
         if noisy:
-            return NoisyOraclePolicy(task, mode, web_url, p=rollout.oracle_noise, seed=seed, **how)
+            return NoisyOraclePolicy(
+                task, mode, web_url, p=rollout.oracle_noise, seed=seed,
+                premature=rollout.oracle_premature, **how,
+            )  # fmt: skip
         return OraclePolicy(task, mode, web_url, **how)
 
     return make

@@ -91,11 +91,11 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
     )
     assert len(summary["grpo_greedy_ci95"]) == 2
 
-    # Resumed for one more step: the summary is written again from the saved results
-    # before GRPO, and its wall time counts both invocations.
+    # Resumed for one more step, with the control: the summary is written again from the
+    # saved results before GRPO, and its wall time counts both invocations.
     first = [json.loads(x) for x in (run / "invocations.jsonl").read_text().splitlines()]
     assert len(first) == 1 and first[0]["first_step"] == 0 and first[0]["last_step"] == 3
-    more = [a for s in sets for a in ("--set", s)] + ["--set", "learner.steps=4"]
+    more = [a for s in sets for a in ("--set", s)] + ["--set", "learner.steps=4", "--control"]
     out = subprocess.run(
         [sys.executable, "-m", "learner.train", *more],
         cwd=REPO, capture_output=True, text=True, timeout=600,
@@ -111,3 +111,22 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
     assert resumed["wall_minutes"] == pytest.approx(sum(r["minutes"] for r in rows), abs=0.01)
     assert resumed["wall_minutes"] > summary["wall_minutes"]
     assert resumed["sft_success"] == summary["sft_success"]  # the saved results, not new ones
+    # The control: both invocations' GRPO time spent on more SFT from the warm start, at
+    # the warm start's pace, served by a server of its own and tested the same way.
+    sft_lines = [
+        json.loads(x) for x in (run / "sft" / "sft_metrics.jsonl").read_text().splitlines()
+    ]
+    pace = sft_lines[-1]["elapsed_s"] / sft_lines[-1]["step"]
+    grpo_s = 60 * sum(r["grpo_minutes"] for r in rows)
+    assert all(r["grpo_minutes"] > 0 for r in rows)
+    steps = resumed["control_sft_steps"]
+    assert steps == pytest.approx(max(1, grpo_s / pace), abs=1.5)
+    assert (run / "control" / "checkpoints" / str(steps)).is_dir()
+    assert "control-inference" in (run / "logs" / "children.pids").read_text()
+    for name, key in (("control-greedy", "control_greedy"), ("control-t1", "control")):
+        result = json.loads((run / "eval" / f"test-{name}" / "result.json").read_text())
+        assert result["n"] == 4 and result["temperature"] == (0.0 if "greedy" in name else 1.0)
+        assert resumed[f"{key}_success"] == result["success_rate"]
+        assert resumed[f"{key}_ci95"] == result["ci95"]
+    assert resumed["control_minutes"] > 0
+    assert "control: " in out.stderr

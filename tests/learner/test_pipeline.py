@@ -338,6 +338,49 @@ def test_wall_minutes_count_every_invocation_of_a_run(tmp_path):
     assert wall_minutes_of(tmp_path) == pytest.approx(20.75)
 
 
+def test_the_control_spends_the_runs_grpo_minutes_at_the_warm_starts_pace(tmp_path):
+    from learner.pipeline import grpo_minutes_of, record_invocation, sft_seconds_per_step
+
+    record_invocation(tmp_path, 1.8e9, 30.0, 0, 10, grpo_minutes=12.0)
+    record_invocation(tmp_path, 1.8e9 + 1800, 20.0, 10, 24, grpo_minutes=8.5)
+    record_invocation(tmp_path, 1.8e9 + 3000, 1.0, 24, 24)  # an older ledger row: no GRPO
+    assert grpo_minutes_of(tmp_path) == pytest.approx(20.5)
+    assert grpo_minutes_of(tmp_path, now=1.5) == pytest.approx(22.0)
+    with pytest.raises(RuntimeError, match="no SFT step timed"):
+        sft_seconds_per_step(tmp_path)
+    (tmp_path / "sft").mkdir()
+    lines = [{"step": 10, "elapsed_s": 31.0}, {"step": 400, "elapsed_s": 1100.0}]
+    (tmp_path / "sft" / "sft_metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in lines) + '{"step": 41'  # cut short: skipped
+    )
+    assert sft_seconds_per_step(tmp_path) == pytest.approx(2.75)
+
+
+def test_the_summary_has_the_controls_keys_only_when_it_ran(tmp_path):
+    def res(k, n=300):
+        return {"n": n, "success_rate": k / n, "mean_reward": k / n, "ci95": list(wilson(k, n))}
+
+    results = {
+        "before": res(90), "before_greedy": res(60), "after": res(160), "after_greedy": res(170)
+    }  # fmt: skip
+    plain = summarize(RunConfig(), tmp_path, results, 30.0)
+    assert not [k for k in plain if k.startswith("control")]
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / "done.json").write_text(json.dumps({"steps": 333, "minutes": 21.04}))
+    results.update(control=res(100), control_greedy=res(75))
+    s = summarize(RunConfig(), tmp_path, results, 60.0)
+    assert s["control_greedy_success"] == pytest.approx(0.25)
+    assert s["control_greedy_ci95"] == list(wilson(75, 300))
+    assert s["control_success"] == pytest.approx(100 / 300)
+    assert s["control_ci95"] == list(wilson(100, 300))
+    assert s["control_sft_steps"] == 333 and s["control_minutes"] == 21.04
+    assert {k: v for k, v in s.items() if not k.startswith("control")} == {
+        **plain,
+        "wall_minutes": 60.0,
+    }  # the other keys unchanged
+    assert "control" in table(s)
+
+
 def test_the_grpo_line_shows_the_kl_to_the_reference_when_there_is_one():
     from learner.loop import grpo_line
 

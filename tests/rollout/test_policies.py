@@ -179,3 +179,72 @@ def test_panels_are_read_from_their_source_in_api_mode_and_derived_answers_need_
     for view in ("start", "results", LIST_PAGE, "page 2"):
         blind.next(view)
     assert blind.next("Loading details...") == "<answer> unknown</answer>"  # no evidence: no answer
+
+
+TWO_HOP = {
+    "type": "qa",
+    "question": "What is the capital of the country where the airport with IATA code JMK is located?",
+    "answer": "Athens",
+    "gold_path": [
+        {"action": "search", "args": {"query": "JMK airport"}},
+        {"action": "visit", "args": {"url": "http://w/airports/JMK"}},
+        {"action": "visit", "args": {"url": "http://w/geo/country/GR"}},
+    ],
+    "evidence": [
+        {"url": "http://w/airports/JMK", "quote": "is an airport serving Mykonos Island, Greece."},
+        {"url": "http://w/geo/country/GR", "quote": "The capital of Greece is Athens."},
+    ],
+}
+HOP_RESULTS = (
+    'Search results for "JMK airport":\n1. Mikonos Airport (JMK) - airport\n'
+    "   http://w/airports/JMK\n   Mikonos Airport is an airport serving Mykonos Island, Greece.\n"
+    "2. Capital City Airport (FFT) - airport\n   http://w/airports/FFT\n"
+    "   Capital City Airport is an airport serving Frankfort, United States."
+)
+HOP_AIRPORT = (
+    "URL: http://w/airports/JMK\n# Mikonos Airport (JMK)\n"
+    "Mikonos Airport is an airport serving Mykonos Island, Greece.\n"
+    "- Country: [Greece](/geo/country/GR)"
+)
+HOP_COUNTRY = "URL: http://w/geo/country/GR\n# Greece\nThe capital of Greece is Athens."
+
+
+def _episode(policy, views):
+    out = []
+    for view in views:
+        out.append(policy.next(view))
+        if policy.answering:
+            break
+    return out
+
+
+def test_premature_oracle_answers_with_the_bridge_once_the_first_evidence_is_in_view():
+    views = ["start", HOP_RESULTS, HOP_AIRPORT, HOP_COUNTRY]
+    p = NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.0, seed=0, premature=1.0)
+    assert _episode(p, views) == ["<search> JMK airport</search>", "<answer> Greece</answer>"]
+    # not premature: the whole path, and the right answer
+    q = NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.0, seed=0, premature=0.0)
+    assert (
+        _episode(q, views)[-1] == "<answer> Athens</answer>"
+        and len(_episode(NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.0, seed=0), views)) == 4
+    )
+    # one hop: no bridge, so premature changes nothing
+    one = NoisyOraclePolicy(TASK, "api", "http://w", p=0.0, seed=0, premature=1.0)
+    assert _episode(one, ["start", RESULTS.replace("Butare is", "Butare lies"), PAGE]) == [
+        "<search> Butare Rwanda city</search>", "<visit> http://w/geo/city/1</visit>",
+        "<answer> Africa/Kigali</answer>",
+    ]  # fmt: skip
+
+
+def test_premature_is_drawn_once_per_episode_at_its_rate_and_leaves_the_other_draws_alone():
+    views = ["start", HOP_RESULTS, HOP_AIRPORT, HOP_COUNTRY]
+    short = 0
+    for seed in range(400):
+        p = NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.35, seed=seed, premature=0.6)
+        texts = _episode(p, views)
+        if texts[-1] == "<answer> Greece</answer>" and len(texts) == 2:
+            short += 1
+        else:  # the episode is the one the same seed gives without premature
+            q = NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.35, seed=seed)
+            assert texts == _episode(q, views)
+    assert 0.53 < short / 400 < 0.67  # 0.6, within ~3 standard deviations
