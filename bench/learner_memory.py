@@ -71,13 +71,15 @@ def child(config: str, overrides: list[str], steps: int) -> dict:
     for k in range(-(-rows // g)):
         trajs = [
             Trajectory(
-                f"t{k}", f"g{k}", i,
+                f"t{k}",
+                f"g{k}",
+                i,
                 rng.integers(3, vocab, length + 1).astype(np.int32),
                 (np.arange(length + 1) >= length // 4).astype(np.uint8),  # the prompt: 1/4
                 -rng.random(length + 1).astype(np.float32),
                 np.zeros(length + 1, np.int32),
                 reward=float((i + k) % 2),
-            )  # fmt: skip
+            )
             for i in range(g)
         ]
         groups.append(TrajectoryGroup(f"g{k}", f"t{k}", trajs))
