@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+from shared import lifeline
+
 READY = "serving on "
 log = logging.getLogger("learner.train")
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +46,7 @@ class Children:
             stdout=subprocess.PIPE,
             stderr=sink,
             start_new_session=True,  # its own process group: stopped as a whole
+            env={**os.environ, lifeline.ENV: str(os.getpid())},  # it ends if this is killed
         )
         sink.close()
         self.procs.append((name, proc))

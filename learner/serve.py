@@ -53,6 +53,7 @@ from learner.engine import Engine, Request, SamplingParams
 from learner.loading import Source, load_weights_into, open_source
 from learner.scheduler import Scheduler
 from shared.config import RunConfig, add_config_args, config_from_args, setup_logging
+from shared.lifeline import watch_parent
 from shared.tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("learner.serve")
@@ -312,6 +313,7 @@ async def serve(args: argparse.Namespace, config: RunConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args, config = parse_args(argv)
     setup_logging(config)
+    watch_parent()  # started by learner.train: end with it
     try:
         asyncio.run(serve(args, config))
     except (FileNotFoundError, ValueError) as e:  # a bad --init/--hf/--checkpoint

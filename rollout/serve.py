@@ -54,6 +54,7 @@ from rollout.inference import InferenceClient, InferenceError
 from rollout.procs import web_for
 from rollout.registry import TaskRequest, envs, task_sources
 from shared.config import RunConfig, add_config_args, config_from_args
+from shared.lifeline import watch_parent
 from shared.tokenizer import load_tokenizer
 from shared.wire import encode_groups
 
@@ -347,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     run_dir = Path(args.run_dir or Path(cfg.logging.run_dir) / "sidecar")
+    watch_parent()  # started by learner.train: end with it
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.env.archive != "off" and cfg.env.archive_dir is None:  # <run>/archive
         env = dataclasses.replace(cfg.env, archive_dir=str(run_dir / "archive"))

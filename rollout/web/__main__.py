@@ -18,6 +18,7 @@ from aiohttp import web
 from rollout.web.build import load
 from rollout.web.server import make_app
 from shared.config import add_config_args, config_from_args
+from shared.lifeline import watch_parent
 
 
 async def serve(host: str, port: int, cache_dir: str | None) -> None:
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="build from scratch, cache nothing")
     args = parser.parse_args(argv)
     cfg = config_from_args(args).web
+    watch_parent()  # started by learner.train: end with it
     host = args.host or cfg.host
     port = cfg.port if args.port is None else args.port
     asyncio.run(serve(host, port, None if args.no_cache else cfg.cache_dir))

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,44 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
         assert resumed[f"{key}_ci95"] == result["ci95"]
     assert resumed["control_minutes"] > 0
     assert "control: " in out.stderr
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from learner.embedded import Children
+children = Children(Path(sys.argv[1]))
+print(children.start("web", ["rollout.web", "--port", "0"]), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_child_ends_when_the_run_that_started_it_is_killed(tmp_path):
+    """SIGKILL leaves learner.train no way to stop its children: they watch it instead
+    (shared.lifeline) and stop their own process group."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout.readline().startswith("http://127.0.0.1:")
+        pid = int((tmp_path / "children.pids").read_text().split()[1])
+        assert _groups_alive({pid})
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while _groups_alive({pid}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _groups_alive({pid}) == []
+    finally:
+        parent.kill()
+
+
+def test_the_watch_starts_only_in_a_child_of_the_named_parent(monkeypatch):
+    from shared import lifeline
+
+    monkeypatch.delenv(lifeline.ENV, raising=False)
+    assert lifeline.watch_parent() is False
+    monkeypatch.setenv(lifeline.ENV, str(os.getpid()))  # not this process's parent
+    assert lifeline.watch_parent() is False
+    assert lifeline.ENV not in os.environ  # not passed on to this process's children
