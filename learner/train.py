@@ -193,22 +193,33 @@ def start_web(children, cfg_args: list[str], run_dir: Path) -> str:
     of this run had (``<run>/web_port``), and return its URL. A small policy learns the
     port its demonstrations were recorded on (README, "Process reward"), so a resumed
     run keeps it; when that port is taken the web gets a new one, with a warning."""
-    import socket
     from urllib.parse import urlsplit
 
     saved, port = run_dir / WEB_PORT_FILE, 0
     if saved.is_file():
         with contextlib.suppress(ValueError):
             port = int(saved.read_text().strip())
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                log.warning("the run's web port %d is taken: the web gets a new one", port)
-                port = 0
+        if port and not port_free(port):
+            log.warning("the run's web port %d is taken: the web gets a new one", port)
+            port = 0
     url = children.start("web", ["rollout.web", "--port", str(port), *cfg_args])
     saved.write_text(f"{urlsplit(url).port}\n")
     return url
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind ``port`` now. The probe binds as the server does
+    (aiohttp sets SO_REUSEADDR), so a port whose last connections linger in TIME_WAIT
+    after a stop counts as free; only a listener takes it."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def logs_line(cfg: RunConfig, run_dir: Path) -> str:

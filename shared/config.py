@@ -338,6 +338,14 @@ class RewardConfig:
     outcome: r = r_outcome + lambda * r_process, bounded so that no wrong episode
     (outcome below 1.0, the success threshold) outranks a right one in a GRPO group."""
 
+    format_weight: float = option(
+        0.1,
+        "The format reward's tier (Search-R1's): a wrong but well-formed answer earns this, "
+        "a malformed right one loses it; 0 makes the outcome the task's score alone (a "
+        "wrong answer earns what no answer earns).",
+        ge=0,
+        le=0.9,
+    )
     process: Literal["off", "evidence", "prm"] = option(
         "off",
         "Source of r_process in [0, 1]: `off` (the reward is the outcome alone); `evidence`, "

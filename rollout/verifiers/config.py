@@ -169,8 +169,8 @@ class VerifierConfig:
 
 
 def verifier_config(reward: RewardConfig) -> VerifierConfig:
-    """The verifier config of a run's ``[reward]`` section (:class:`shared.config.RewardConfig`);
-    everything else keeps its default."""
+    """The verifier config of a run's ``[reward]`` section (:class:`shared.config.RewardConfig`:
+    the format tier and the process reward); everything else keeps its default."""
     prm = None
     if reward.prm_url:
         prm = JudgeConfig(
@@ -181,4 +181,4 @@ def verifier_config(reward: RewardConfig) -> VerifierConfig:
         source=reward.process, weight=reward.process_lambda, cap=reward.process_cap, prm=prm,
         prm_max_steps=reward.prm_max_steps, prm_prompt=reward.prm_prompt,
     )  # fmt: skip
-    return VerifierConfig(process=process)
+    return VerifierConfig(format=FormatConfig(weight=reward.format_weight), process=process)

@@ -163,3 +163,23 @@ def _check_log(out: subprocess.CompletedProcess, run: Path) -> None:
     assert "n/a" not in steps[-1].split("lag")[0]  # KL and entropy are measured every step
     assert "[progress] GRPO: 0/6 steps" in out.stderr and "GRPO: 6/6 steps" in out.stderr
     assert "Unable to initialize backend" not in out.stderr
+
+
+def test_a_port_in_time_wait_is_free_to_the_web_and_a_listener_is_not():
+    import socket
+
+    from learner.train import port_free
+
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's listener
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    assert not port_free(port)  # a listener holds it
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    conn.close()  # the server's side closes first: its end lingers in TIME_WAIT
+    client.close()
+    server.close()
+    time.sleep(0.1)
+    assert port_free(port)  # as a restarted web can bind it (SO_REUSEADDR)

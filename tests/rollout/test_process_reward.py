@@ -148,6 +148,18 @@ def test_the_reward_section_is_off_by_default_and_builds_the_verifier_config():
     assert p.prm_max_steps == 3
 
 
+def test_reward_format_weight_sets_the_format_tier():
+    assert verifier_config(RewardConfig()).format.weight == 0.1  # Search-R1's tier, as before
+    cfg = load(overrides=["reward.format_weight=0"])
+    fmt = verifier_config(cfg.reward).format
+    assert fmt.weight == 0.0
+    # a wrong but well-formed answer earns what no answer earns; a right one stays 1
+    assert format_tiers(0.0, True, fmt) == 0.0 == format_tiers(0.0, False, fmt)
+    assert format_tiers(1.0, True, fmt) == 1.0
+    with pytest.raises(ConfigError, match=r"reward.format_weight = 1.0: expected a value in"):
+        load(overrides=["reward.format_weight=1"])
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
