@@ -9,7 +9,9 @@ JSON line:
 "step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
 episode's progress file and trajectory record land in DIR. ``--policy server``
 evaluates the model behind ``inference.urls`` through the inference client, with
-the same harness and the configured sampling. ``--archive record`` writes every
+the same harness and the configured sampling. Episodes are scored by the run's
+``[reward]`` section (format tier, process reward) as the sidecar scores them in
+training, so ``mean_reward`` is the training reward. ``--archive record`` writes every
 response the episodes get to a WARC archive (``OUT/archive`` or ``--archive-dir``),
 ``--archive replay`` answers them from it with nothing sent to the network (the
 local web need not run: ``--set web.url=...`` names where it was). ``--tasks FILE``
@@ -37,6 +39,7 @@ from rollout.env.core import InfraError
 from rollout.policies import scripted_oracle
 from rollout.procs import web_for
 from rollout.registry import RegistryError, TaskRequest, envs, task_sources
+from rollout.verifiers import verifier_config
 from shared.config import RunConfig, add_config_args, config_from_args
 from shared.progress import Progress
 
@@ -49,6 +52,7 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
             env = make_env(
                 mode, web_url, cfg.env, cfg.search, session=session, lease=lease,
                 run_dir=out, episode_id=f"{index:05d}-{task['id']}",
+                verifier=verifier_config(cfg.reward),  # scored as training scores it
             )  # fmt: skip
             if cfg.rollout.policy == "model":
                 return await _model_episode(env, task, cfg, session)

@@ -554,3 +554,34 @@ async def test_the_dashboard_shows_outcome_and_process_apart(browser, tmp_path):
             await ctx.close()
             await server.close()
             buffer.close()
+
+
+def test_rollout_eval_scores_with_the_runs_reward_section(monkeypatch):
+    """rollout.eval builds each episode's environment with the verifier config of the
+    run's [reward] section (before: the defaults, whatever the run trained on)."""
+    import contextlib
+
+    import rollout.eval as ev
+
+    seen: dict = {}
+
+    class Built(Exception):
+        pass
+
+    def make_env(*args, **kwargs):
+        seen.update(kwargs)
+        raise Built
+
+    @contextlib.asynccontextmanager
+    async def lease(pool, name):
+        yield None
+
+    monkeypatch.setattr(ev, "make_env", make_env)
+    monkeypatch.setattr(ev, "episode_lease", lease)
+    cfg = load(overrides=["reward.format_weight=0", "reward.process=evidence"])
+    with pytest.raises(Built):
+        asyncio.run(
+            ev.run_episode({"id": "t"}, "api", "http://127.0.0.1:9", cfg, None, None, None, 0)
+        )
+    assert seen["verifier"] == verifier_config(cfg.reward)
+    assert seen["verifier"].format.weight == 0.0 and seen["verifier"].process.source == "evidence"
