@@ -92,15 +92,23 @@ def groups(n: int, g: int, length: int, vocab: int) -> list[TrajectoryGroup]:
     return out
 
 
-def seconds_per_step(step, state, batch, steps: int) -> float:
-    """Mean wall time of ``steps`` steps after a first, untimed one (compilation, allocations)."""
+def compiled_peak_gib(compiled) -> float:
+    """XLA's peak for a compiled step: argument + output + temp - alias, in GiB."""
+    ma = compiled.memory_analysis()
+    return (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+            - ma.alias_size_in_bytes) / 2**30  # fmt: skip
+
+
+def seconds_per_step(step, state, batch, steps: int) -> tuple[float, dict]:
+    """Mean wall time of ``steps`` steps after a first, untimed one (compilation, allocations),
+    and the last step's metrics."""
     state, m = step(state, batch)
     jax.block_until_ready(m)
     t0 = time.perf_counter()
     for _ in range(steps):
         state, m = step(state, batch)
     jax.block_until_ready(m)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, m
 
 
 def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
@@ -115,7 +123,7 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     packed = pack(groups(rows // 4, 4, 256, cfg_model.vocab_size), rows=rows, buckets=(256,))
     batch = place_batch(packed.arrays, mesh)
     tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
-    dt = seconds_per_step(step, state, batch, steps)
+    dt, _ = seconds_per_step(step, state, batch, steps)
     gflops = 6 * n_params * tokens / dt / 1e9
     return {
         "name": name,
@@ -148,15 +156,13 @@ def measure_long(
     t0 = time.perf_counter()
     step = compile_step(model, mesh, cfg, shardings).lower(state, batch).compile()
     compile_s = time.perf_counter() - t0
-    ma = step.memory_analysis()
-    need = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
-            - ma.alias_size_in_bytes) / 2**30  # fmt: skip
+    need = compiled_peak_gib(step)
     row = {"name": "50m-long", "attention": attention, "remat": remat, "length": length,
            "peak_gib": round(need, 2), "compile_s": round(compile_s, 1)}  # fmt: skip
     if need > max_gib:
         return {**row, "skipped": f"needs {need:.1f} GiB"}
     tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
-    dt = seconds_per_step(step, state, batch, steps)
+    dt, _ = seconds_per_step(step, state, batch, steps)
     c = cfg_model
     attn_flops = 6 * c.num_layers * 2 * length**2 * c.num_heads * c.head_dim / 2  # causal
     gflops = (6 * n_params * tokens + attn_flops) / dt / 1e9

@@ -23,7 +23,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +47,8 @@ def vm_hwm_gib() -> float:
 def child(config: str, overrides: list[str], steps: int) -> dict:
     """One variant, in this (fresh) process."""
     sys.path.insert(0, str(REPO))
-    import jax
+    import importlib.util
+
     import numpy as np
 
     from learner.batching import pack
@@ -56,7 +56,12 @@ def child(config: str, overrides: list[str], steps: int) -> dict:
     from learner.sharding import make_mesh
     from learner.step import compile_step, new_state, place_batch, rows_multiple
     from shared import config as config_mod
-    from shared.wire import Trajectory, TrajectoryGroup
+
+    # bench/learner.py's synthetic groups, timing and XLA peak (a file of the same name
+    # as the learner package: loaded by path)
+    spec = importlib.util.spec_from_file_location("bench_learner", REPO / "bench" / "learner.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
 
     cfg = config_mod.load(config, overrides)
     lc = cfg.learner
@@ -65,38 +70,15 @@ def child(config: str, overrides: list[str], steps: int) -> dict:
     g = cfg.rollout.group_size
     rows = _round_up(lc.groups_per_step * g, rows_multiple(mesh) * lc.micro_batches)
     length = max(lc.length_buckets)
-    vocab = model.cfg.vocab_size
-    rng = np.random.default_rng(1)
-    groups = []
-    for k in range(-(-rows // g)):
-        trajs = [
-            Trajectory(
-                f"t{k}",
-                f"g{k}",
-                i,
-                rng.integers(3, vocab, length + 1).astype(np.int32),
-                (np.arange(length + 1) >= length // 4).astype(np.uint8),  # the prompt: 1/4
-                -rng.random(length + 1).astype(np.float32),
-                np.zeros(length + 1, np.int32),
-                reward=float((i + k) % 2),
-            )
-            for i in range(g)
-        ]
-        groups.append(TrajectoryGroup(f"g{k}", f"t{k}", trajs))
-    packed = pack(groups, rows=rows, buckets=lc.length_buckets, pad_id=0)
+    packed = pack(
+        bench.groups(-(-rows // g), g, length + 1, model.cfg.vocab_size),
+        rows=rows, buckets=lc.length_buckets, pad_id=0,
+    )  # fmt: skip
     state, shardings = new_state(model, mesh, lc)
     batch = place_batch(packed.arrays, mesh)
     compiled = compile_step(model, mesh, lc, shardings).lower(state, batch).compile()
-    ma = compiled.memory_analysis()
-    peak = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
-            - ma.alias_size_in_bytes) / 2**30  # fmt: skip
-    state, m = compiled(state, batch)
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, m = compiled(state, batch)
-    jax.block_until_ready(m)
-    dt = (time.perf_counter() - t0) / steps
+    peak = bench.compiled_peak_gib(compiled)
+    dt, m = bench.seconds_per_step(compiled, state, batch, steps)
     return {
         "rows": rows,
         "length": length,

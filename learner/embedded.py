@@ -126,18 +126,28 @@ def start_embedded(
     ]
     if web is None:
         web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
-    ckpt = str(checkpoint_root / str(initial_step))
-    inference = children.start(
-        "inference",
-        ["learner.serve", "--checkpoint", ckpt, "--port", "0", *cfg_args,
-         "--weight-version", str(initial_step)],
-    )  # fmt: skip
+    inference = start_inference(children, cfg_args, checkpoint_root, initial_step)
     urls = {"web": web, "inference": inference}
     if sidecar:
         urls["sidecar"] = start_sidecar(
             children, cfg_args, checkpoint_root, run_dir, web, inference
         )
     return urls
+
+
+def start_inference(
+    children: Children,
+    cfg_args: list[str],
+    checkpoint_root: Path,
+    step: int,
+    name: str = "inference",
+) -> str:
+    """An inference server (``learner.serve``) on the checkpoint of ``step``; its URL."""
+    return children.start(
+        name,
+        ["learner.serve", "--checkpoint", str(checkpoint_root / str(step)), "--port", "0",
+         *cfg_args, "--weight-version", str(step)],
+    )  # fmt: skip
 
 
 def start_sidecar(

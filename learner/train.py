@@ -81,7 +81,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.distributed import initialize
 
     primary = not initialize(cfg.mesh) or _process_index() == 0
-    from learner.embedded import Children, start_embedded, start_sidecar
+    from learner.embedded import Children, start_embedded, start_inference, start_sidecar
     from learner.loop import Trainer
     from learner.pipeline import (
         control_sft,
@@ -161,12 +161,9 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                 if args.control:
                     root, steps = control_sft(cfg, run_dir, grpo_minutes_of(run_dir, grpo_s / 60))
                     children.stop_one("inference")  # the control's own server, on its weights
-                    served = children.start(
-                        "control-inference",
-                        ["learner.serve", "--checkpoint", str(root / str(steps)), "--port", "0",
-                         *cfg_args, "--weight-version", str(steps)],
-                    )  # fmt: skip
-                    inference = [served]
+                    inference = [
+                        start_inference(children, cfg_args, root, steps, "control-inference")
+                    ]
                     test("control")
     finally:
         if trainer is not None:
