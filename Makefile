@@ -22,7 +22,9 @@ PIP_LOCKED := $(PY) -m pip install -q --require-hashes --no-deps
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc tinyproxy microsocks
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-PYTEST_ARGS ?=
+# The suite runs on every core (pytest-xdist), at most 4 workers; a test file stays on one
+# worker, so its module fixtures are built once. `make test PYTEST_ARGS=` runs it serially.
+PYTEST_ARGS ?= -n auto --maxprocesses 4 --dist loadfile
 
 .PHONY: setup setup-test system-packages test lint bench train base lock clean
 

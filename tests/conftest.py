@@ -1,6 +1,16 @@
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
+
+# XLA's compiled programs are kept on disk and shared by every process of the suite (the
+# test process, its xdist siblings and the learner.train, learner.serve and rollout.eval
+# children it starts, which inherit the variables): the tiny model's steps and decode
+# loops compile once per suite, not once per process. Set before anything imports JAX.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax")
+)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 # CI runs the same examples every time; locally, hypothesis explores.
 settings.register_profile(
@@ -16,7 +26,6 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import pytest_asyncio  # noqa: E402
@@ -120,6 +129,7 @@ def fault(request):
 
     def start(name: str, expected: str) -> dict:
         row = {"fault": name, "expected": expected, "observed": "", "test": request.node.name}
+        row["nodeid"] = request.node.nodeid
         rows.append(row)
         return row
 
@@ -138,9 +148,20 @@ def pytest_runtest_makereport(item, call):
     return rep
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker's rows, sent in its ``workeroutput``."""
+    ROWS.extend(json.loads(getattr(node, "workeroutput", {}).get("fault_rows", "[]")))
+
+
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller writes the table
+        workeroutput["fault_rows"] = json.dumps(ROWS)
+        return
     if not ROWS:
         return
+    ROWS.sort(key=lambda r: r["nodeid"])  # one order, however the workers were given the tests
     out = Path(os.environ.get("RELIABILITY_OUT", REPO / "runs" / "reliability"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "fault_table.json").write_text(json.dumps(ROWS, indent=2) + "\n")
