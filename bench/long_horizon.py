@@ -10,7 +10,8 @@ and mode, the tasks run, the success rate, the median and max gold-path length
 the median episode wall time; then a final JSON line:
 {"bench": "long_horizon", "n_requested", "results": [{"family", "mode", "n",
 "success_rate", "gold_steps_median", "gold_steps_max", "episode_steps_median",
-"episode_wall_s_median", "infra_errors"}], "min_success_rate"}
+"episode_wall_s_median", "infra_errors"}], "min_success_rate"}; exit 1 when a row is below
+``--min-success`` (0.98) or had an infrastructure error.
 
     python bench/long_horizon.py [--n 100] [--modes api,playwright,som] [--parallel 4]
 """
@@ -125,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="api,playwright,som")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--parallel", type=int, default=4, help="episodes at once")
+    p.add_argument(
+        "--min-success", type=float, default=0.98,
+        help="exit 1 when a family in a mode succeeds on fewer (the oracle's target)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     if cfg.env.max_steps < 2 * MAX_STEPS:  # the gold path, the answer, som's scrolls
@@ -133,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     out = asyncio.run(main_async(args, cfg))
     print(table(out))
     print(json.dumps(out))
-    return 0
+    low = [r for r in out["results"] if r["success_rate"] < args.min_success or r["infra_errors"]]
+    for r in low:
+        print(f"[bench] below target: {r['family']} in {r['mode']}: {r['success_rate']:.1%} "
+              f"({r['infra_errors']} infra errors)", file=sys.stderr)  # fmt: skip
+    return 1 if low else 0
 
 
 if __name__ == "__main__":

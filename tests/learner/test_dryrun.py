@@ -178,7 +178,6 @@ def test_the_estimate_is_within_a_quarter_of_the_compiled_peak_on_a_small_config
     _, lines = _run([*args, "--dry-run", "--compile"])
     c = json.loads(lines[-1])["dry_run"]["compiled"]
     assert 0.75 < c["estimate_gib"] / c["peak_gib"] < 1.25, c
-    assert c["peak_gib"] <= 80, c  # one row of up to 32k tokens per device fits 8 x 80 GB
 
 
 @pytest.mark.slow
@@ -193,6 +192,7 @@ def test_the_7b_estimate_is_within_a_quarter_of_the_compiled_peak(length):
     _, lines = _run(args)
     c = json.loads(lines[-1])["dry_run"]["compiled"]
     assert 0.75 < c["estimate_gib"] / c["peak_gib"] < 1.25, c
+    assert c["peak_gib"] <= 80, c  # one row of up to 32k tokens per device fits 8 x 80 GB
 
 
 @pytest.mark.slow

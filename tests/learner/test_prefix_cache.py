@@ -129,6 +129,32 @@ def test_greedy_is_the_same_and_new_weights_drop_the_cache(engines):
     assert _run(cached, ids + first.output_ids, seed=0).cached_tokens == 0
 
 
+def test_a_full_cache_evicts_the_least_recent_episode_and_stays_exact(engines):
+    """Room for two episodes' histories (111 tokens each: a 100-token prompt and 11 of its
+    12 new tokens) in 256 slots: the third episode evicts the first, the second and third
+    are still hit, and every output is the uncached engine's."""
+    model, plain, _ = engines
+    small = Engine(model, eos_ids=(2,), max_batch=8, max_len=1024, decode_chunk=4,
+                   prefix_cache_tokens=256)  # fmt: skip
+
+    def both(ids, seed):
+        a, b = _run(plain, ids, seed), _run(small, ids, seed)
+        assert a.output_ids == b.output_ids
+        np.testing.assert_allclose(b.output_logprobs, a.output_logprobs, atol=1e-5, rtol=0)
+        assert small.prefix.cached_tokens <= 256
+        return b
+
+    first = [both(_prompt(100, 20 + e), seed=e) for e in range(3)]
+    kept = [len(r.input_ids) + len(r.output_ids) - 1 for r in first]  # 111 each, or fewer
+    assert [r.cached_tokens for r in first] == [0, 0, 0]
+    assert len(small.prefix.entries) == 2 and small.prefix.cached_tokens == kept[1] + kept[2]
+    for e in (2, 1):  # the next turns of the two kept episodes hit their histories
+        nxt = both(first[e].input_ids + first[e].output_ids + _prompt(5, 60 + e), seed=e)
+        assert nxt.cached_tokens == kept[e], e
+    gone = both(first[0].input_ids + first[0].output_ids + _prompt(5, 60), seed=0)
+    assert gone.cached_tokens == 0  # evicted to make room for the third episode
+
+
 def test_the_extend_path_compiles_per_bucket_not_per_length(engines):
     _, _, cached = engines
     cached.flush_cache()
