@@ -503,7 +503,7 @@ def test_rotation_breaks_ties_round_robin():
         (200, {"Content-Type": "text/html"}, CAPTCHA.encode(), "a CAPTCHA page"),
         (503, {"Content-Type": "text/html"}, b"<div id=cf-challenge-running>", "a CAPTCHA page"),
         (200, {}, b"Our systems have detected unusual traffic from your network", "a CAPTCHA page"),
-        (200, {"Content-Type": "text/html", "Content-Encoding": "gzip"}, gzip.compress(CAPTCHA.encode()), "a CAPTCHA page"),
+        (200, {"Content-Type": "text/html", "Content-Encoding": "gzip"}, gzip.compress(CAPTCHA.encode(), mtime=0), "a CAPTCHA page"),
         (200, {"Content-Type": "text/html"}, b"<p>an ordinary page</p>", None),
         (200, {"Content-Type": "application/pdf"}, b"%PDF captcha", None),  # not a page
         (404, {"Content-Type": "text/html"}, CAPTCHA.encode(), None),
