@@ -23,8 +23,11 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc tinyproxy microsocks
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The suite runs on every core (pytest-xdist), at most 4 workers; a test file stays on one
-# worker, so its module fixtures are built once. `make test PYTEST_ARGS=` runs it serially.
-PYTEST_ARGS ?= -n auto --maxprocesses 4 --dist loadfile
+# worker, so its module fixtures are built once, and files are handed out in collection
+# order (tests/learner, with the longest tests, first; xdist would otherwise start with the
+# files that have the most tests and leave the few long ones for the end).
+# `make test PYTEST_ARGS=` runs the suite in one process.
+PYTEST_ARGS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup setup-test system-packages test lint bench train base lock clean
 
