@@ -7,9 +7,8 @@ from hypothesis import HealthCheck, settings
 # test process, its xdist siblings and the learner.train, learner.serve and rollout.eval
 # children it starts, which inherit the variables): the tiny model's steps and decode
 # loops compile once per suite, not once per process. Set before anything imports JAX.
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax")
-)
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".cache" / "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 # CI runs the same examples every time; locally, hypothesis explores.
@@ -30,7 +29,6 @@ import threading  # noqa: E402
 import pytest  # noqa: E402
 import pytest_asyncio  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 WEB_CACHE = REPO / ".cache" / "web"  # shared with `python -m rollout.web`: built once
 CHROMIUM = "/usr/bin/chromium-headless-shell"
 CHROMIUM_ARGS = [
@@ -128,8 +126,10 @@ def fault(request):
     rows: list[dict] = []
 
     def start(name: str, expected: str) -> dict:
-        row = {"fault": name, "expected": expected, "observed": "", "test": request.node.name}
-        row["nodeid"] = request.node.nodeid
+        row = {
+            "fault": name, "expected": expected, "observed": "",
+            "test": request.node.name, "nodeid": request.node.nodeid,
+        }  # fmt: skip
         rows.append(row)
         return row
 

@@ -67,11 +67,13 @@ def _prompt(n, seed):
     return [int(t) for t in np.random.default_rng(seed).integers(3, 4096, n)]
 
 
+ENGINE = dict(eos_ids=(2,), max_batch=8, max_len=1024, decode_chunk=4)
+
+
 @pytest.fixture(scope="module")
 def engines():
     model = small_model(seed=3)
-    kw = dict(eos_ids=(2,), max_batch=8, max_len=1024, decode_chunk=4)
-    return model, Engine(model, **kw), Engine(model, prefix_cache_tokens=4096, **kw)
+    return model, Engine(model, **ENGINE), Engine(model, prefix_cache_tokens=4096, **ENGINE)
 
 
 def _run(engine, ids, seed, new=12, temperature=1.0):
@@ -134,8 +136,7 @@ def test_a_full_cache_evicts_the_least_recent_episode_and_stays_exact(engines):
     12 new tokens) in 256 slots: the third episode evicts the first, the second and third
     are still hit, and every output is the uncached engine's."""
     model, plain, _ = engines
-    small = Engine(model, eos_ids=(2,), max_batch=8, max_len=1024, decode_chunk=4,
-                   prefix_cache_tokens=256)  # fmt: skip
+    small = Engine(model, prefix_cache_tokens=256, **ENGINE)
 
     def both(ids, seed):
         a, b = _run(plain, ids, seed), _run(small, ids, seed)
