@@ -2,10 +2,11 @@
 
 For each family of ``rollout.tasks.long_horizon.FAMILIES`` (aggregation, constraint,
 join), N test tasks (fewer when the split has fewer: the families' subjects are
-countries) run as oracle episodes in api, playwright and som mode (real Chromium,
-the local web as a child process on loopback), ``--parallel`` at a time, with
-``env.max_steps`` raised to fit the longest gold path. Prints a table: per family
-and mode, the tasks run, the success rate, the median and max gold-path length
+countries; ``--split all`` draws from every split) run as oracle episodes in api,
+playwright and som mode (real Chromium, the local web as a child process on
+loopback), ``--parallel`` at a time, with ``env.max_steps`` raised to fit the
+longest gold path. Prints a table: per family and mode, the tasks run, the
+success rate, the median and max gold-path length
 (actions, the answer not counted), the median and max steps the episodes took, and
 the median episode wall time; then a final JSON line:
 {"bench": "long_horizon", "n_requested", "results": [{"family", "mode", "n",
@@ -13,7 +14,8 @@ the median episode wall time; then a final JSON line:
 "episode_wall_s_median", "infra_errors"}], "min_success_rate"}; exit 1 when a row is below
 ``--min-success`` (0.98) or had an infrastructure error.
 
-    python bench/long_horizon.py [--n 100] [--modes api,playwright,som] [--parallel 4]
+    python bench/long_horizon.py [--n 100] [--split test|all] [--modes api,playwright,som]
+        [--parallel 4]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import random
 import statistics
 import sys
 import time
@@ -34,16 +37,34 @@ import aiohttp
 from rollout.env import browsers_for
 from rollout.eval import run_episode
 from rollout.procs import web_for
-from rollout.tasks.generate import all_candidates, generate, split_of
+from rollout.tasks.generate import SPLITS, all_candidates, generate, split_of
 from rollout.tasks.long_horizon import FAMILIES, MAX_STEPS
 from rollout.web.build import load
 from shared.config import add_config_args, config_from_args
 
 
 def tasks_of(lw, family: str, split: str, n: int, web_url: str) -> list[dict]:
+    """``n`` tasks of the family (fewer when there are fewer), spread evenly over its
+    templates; ``split="all"`` draws from every split (the oracle is not trained, so a
+    task's split does not matter to it, and the test split alone holds fewer than 100
+    tasks of a family: its subjects are countries, 10% of them)."""
     cands = all_candidates(lw)
-    have = sum(split_of(c.subject) == split for t in FAMILIES[family] for c in cands[t])
-    return generate(lw, split, min(n, have), base_url=web_url, templates=[family])
+    splits = list(SPLITS) if split == "all" else [split]
+    pooled = []
+    for s in splits:
+        have = sum(split_of(c.subject) == s for t in FAMILIES[family] for c in cands[t])
+        if have:
+            pooled += generate(lw, s, have, base_url=web_url, templates=[family])
+    by_template: dict[str, list[dict]] = {}
+    for task in pooled:
+        by_template.setdefault(task["template"], []).append(task)
+    rng = random.Random(f"long_horizon|{split}")
+    for ts in by_template.values():
+        rng.shuffle(ts)
+    out: list[dict] = []
+    for depth in range(max((len(ts) for ts in by_template.values()), default=0)):
+        out += [ts[depth] for _, ts in sorted(by_template.items()) if depth < len(ts)]
+    return out[:n]
 
 
 async def run_mode(cfg, mode: str, tasks: list[dict], web_url: str, parallel: int) -> list[dict]:
@@ -122,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_config_args(p)
     p.add_argument("--n", type=int, default=100, help="test tasks per family (at most)")
-    p.add_argument("--split", default="test", choices=("train", "dev", "test"))
+    p.add_argument(
+        "--split", default="test", choices=("train", "dev", "test", "all"),
+        help="the split the tasks come from; all: every split",
+    )  # fmt: skip
     p.add_argument("--modes", default="api,playwright,som")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--parallel", type=int, default=4, help="episodes at once")

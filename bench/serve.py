@@ -29,7 +29,13 @@ the context length, ``cached_tokens`` and the server's ``e2e_latency`` of both.
     python bench/serve.py --episode
 
 Final line: {"bench": "serve_episode", "turns", "context_tokens": {"first", "last"},
-"cache" / "no_cache": {"first_s", "last_s", "last_over_first"}, "tokens_identical"}
+"cache" / "no_cache": {"first_s", "last_s", "last_over_first"}, "tokens_identical",
+"flops_model"}. ``flops_model`` is the same episode's arithmetic, last turn over first
+(the tokens each turn runs x (2 x matmul parameters + attention over the context)), for
+the tiny model and for the Qwen2.5-7B shape: with the cache a turn runs only its new
+tokens, but each of them attends to the whole context, and in a 1.3M-parameter model
+that attention outweighs the weights from ~1,300 tokens of context on (9,000 tokens:
+~7x the weights' FLOPs), so its turns cannot stay flat; in the 7B they do.
 """
 
 from __future__ import annotations
@@ -177,6 +183,46 @@ async def measured_episode(url: str) -> list[dict]:
 EPISODE_CACHE_TOKENS = 65536  # the prefix cache (off by default): 7 such episodes
 
 
+def token_flops(cfg, position: int) -> float:
+    """FLOPs of one token at ``position`` through the model: 2 x its matmul parameters
+    (projections, MLP, unembedding) plus causal attention over ``position + 1`` keys
+    (QK^T and AV: 4 x layers x heads x head_dim per key)."""
+    d, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    per_layer = d * q + 2 * d * kv + q * d + 3 * d * cfg.intermediate_size
+    matmul = cfg.num_layers * per_layer + cfg.vocab_size * d
+    return 2.0 * matmul + 4.0 * cfg.num_layers * q * (position + 1)
+
+
+def turn_flops(cfg, turns: list[dict], cached: bool) -> list[float]:
+    """Each turn's arithmetic: the prompt positions the server runs (after the cached
+    prefix, or all of them), then one decode step per generated token but the last."""
+    out = []
+    for t in turns:
+        first = t["cached"] if cached else 0
+        n_out = len(t["output_ids"])
+        positions = range(first, t["context"] + n_out - 1)
+        out.append(sum(token_flops(cfg, p) for p in positions))
+    return out
+
+
+def arithmetic(turns: list[dict]) -> dict:
+    """The episode's last turn over its first, in FLOPs, with the prefix cache, for the
+    served tiny model and for the Qwen2.5-7B shape: the floor of ``last_over_first``
+    (a server cannot do less work than this; fixed per-request costs only flatten it)."""
+    from learner.dryrun import PRESETS
+    from learner.modelconfig import ModelConfig
+
+    shapes = {"tiny": tiny_config(), "qwen2.5-7b": ModelConfig(**PRESETS["qwen2.5-7b"])}
+    out = {}
+    for name, cfg in shapes.items():
+        with_cache, without = turn_flops(cfg, turns, True), turn_flops(cfg, turns, False)
+        out[name] = {
+            "cache_last_over_first": round(with_cache[-1] / with_cache[0], 2),
+            "no_cache_last_over_first": round(without[-1] / without[0], 2),
+        }
+    return out
+
+
 def episode_main(modes: list[str]) -> int:
     runs = {}
     on = ("--set", f"inference.prefix_cache_tokens={EPISODE_CACHE_TOKENS}")
@@ -222,6 +268,7 @@ def episode_main(modes: list[str]) -> int:
                 "cache": summary(cache),
                 "no_cache": summary(plain),
                 "tokens_identical": same,
+                "flops_model": arithmetic(cache),
             }
         )
     )
