@@ -229,6 +229,11 @@ def run_with_progress(
                 if got is not None:
                     progress.update(got[1], total=got[2])
             rc = proc.wait()
+        except BaseException:
+            # a stop (SIGTERM's SystemExit, Ctrl-C) ends the child too: leaving the ``with``
+            # waits for it, which would otherwise sit out the child's whole run
+            proc.kill()
+            raise
         finally:
             watchdog.cancel()
         reader.join()
