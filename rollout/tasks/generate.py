@@ -144,8 +144,10 @@ def generate(
     seed: int = 0,
     base_url: str = "http://127.0.0.1:8900",
     templates: Iterable[str] = (),
+    up_to: bool = False,
 ) -> list[dict]:
-    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``.
+    """``n`` tasks of ``split``, drawn evenly across templates, deterministic in ``seed``;
+    with ``up_to``, ``n`` is a cap (every task when fewer exist), not a number to meet.
 
     ``templates`` (names as in ``rollout.tasks.templates.TEMPLATES``, a citation variant
     as ``name+citation``) narrows the draw to those templates; empty means all of ``types``
@@ -171,6 +173,8 @@ def generate(
         if pool:
             pools.append(pool)
     available = sum(len(p) for p in pools)
+    if n > available and up_to:
+        n = available
     if n > available:
         raise ValueError(
             f"only {available} {split} tasks of types {sorted(types)}"

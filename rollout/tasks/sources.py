@@ -17,11 +17,14 @@ import json
 
 from rollout.registry import TaskRequest, task_sources
 
-GENERATED_DEFAULT_N = 2000  # tasks the sidecar draws from when the request names no number
+# tasks the sidecar draws from when the request names no number (all when there are fewer:
+# a narrow rollout.task_templates)
+GENERATED_DEFAULT_N = 2000
 
 
 def generated(request: TaskRequest) -> list[dict]:
-    """The generator's ``request.split``, ``request.n`` tasks (2000 when None)."""
+    """The generator's ``request.split``, ``request.n`` tasks (when None: 2000, or all of
+    them when fewer exist)."""
     from rollout.tasks.generate import generate
     from rollout.web.build import load
 
@@ -29,7 +32,7 @@ def generated(request: TaskRequest) -> list[dict]:
     n = request.n if request.n is not None else GENERATED_DEFAULT_N
     return generate(
         load(request.cfg.web.cache_dir), request.split, n, r.task_types, request.seed,
-        request.web_url, r.task_templates,
+        request.web_url, r.task_templates, up_to=request.n is None,
     )  # fmt: skip
 
 
@@ -44,12 +47,14 @@ def from_file(request: TaskRequest) -> list[dict]:
 
 
 def tools(request: TaskRequest) -> list[dict]:
-    """The tool-calling domain's ``request.split``, ``request.n`` tasks (2000 when None),
+    """The tool-calling domain's ``request.split``, ``request.n`` tasks (when None: 2000,
+    or all of them when fewer exist),
     narrowed to ``rollout.task_templates`` (``tools_per_capita``, ...) when it names any."""
     from rollout.tools import generate_tasks
 
     n = request.n if request.n is not None else GENERATED_DEFAULT_N
-    return generate_tasks(request.split, n, request.seed, request.rollout.task_templates)
+    templates = request.rollout.task_templates
+    return generate_tasks(request.split, n, request.seed, templates, up_to=request.n is None)
 
 
 task_sources.register("generated", generated)

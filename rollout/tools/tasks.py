@@ -356,9 +356,12 @@ def candidates(split: str) -> dict[str, tuple[dict, ...]]:
     return out
 
 
-def generate_tasks(split: str, n: int, seed: int = 0, templates: Sequence[str] = ()) -> list[dict]:
+def generate_tasks(
+    split: str, n: int, seed: int = 0, templates: Sequence[str] = (), up_to: bool = False
+) -> list[dict]:
     """``n`` tasks of ``split``, drawn evenly across ``templates`` (all when empty),
-    deterministic in ``seed``."""
+    deterministic in ``seed``; with ``up_to``, ``n`` is a cap (every task when fewer exist)
+    instead of a number that must be met."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     unknown = sorted(set(templates) - set(TEMPLATES))
@@ -376,6 +379,8 @@ def generate_tasks(split: str, n: int, seed: int = 0, templates: Sequence[str] =
         if pool:
             pools.append(pool)
     available = sum(len(p) for p in pools)
+    if n > available and up_to:
+        n = available
     if n > available:
         raise ValueError(f"only {available} {split} tool tasks exist; asked {n}")
     chosen: list[dict] = []

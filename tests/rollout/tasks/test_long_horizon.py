@@ -64,6 +64,25 @@ def test_long_templates_are_drawn_only_when_named(local_web):
     assert {t["template"] for t in tasks} <= {*FAMILIES["aggregation"], "join_highest_airport"}
 
 
+def test_the_generated_source_serves_every_task_of_a_narrow_template(local_web):
+    """Asked for no number (as the sidecar asks), the generated source gives all the tasks
+    of a template that has fewer than its default 2000, instead of failing at start-up."""
+    from rollout.registry import TaskRequest, task_sources
+    from shared.config import from_dict
+
+    have = sum(
+        split_of(c.subject) == "train" for c in all_candidates(local_web)["join_highest_airport"]
+    )
+    run = from_dict(
+        {"web": {"cache_dir": str(WEB_CACHE)},
+         "rollout": {"task_templates": ["join_highest_airport"]}}
+    )  # fmt: skip
+    tasks = task_sources.get("generated")(TaskRequest(run, "http://127.0.0.1:8900", "train"))
+    assert 0 < len(tasks) == have < 2000
+    with pytest.raises(ValueError, match="exist; asked"):
+        task_sources.get("generated")(TaskRequest(run, "http://127.0.0.1:8900", "train", have + 1))
+
+
 def test_splits_are_disjoint_by_subject(local_web):
     cands = all_candidates(local_web)
     for name in LONG_TEMPLATES:

@@ -111,3 +111,20 @@ def test_the_tools_source_takes_rollout_task_templates():
     request = TaskRequest(cfg=cfg, split="dev", n=10, seed=0, web_url="")
     tasks = task_sources.get("tools")(request)
     assert len(tasks) == 10 and {t["template"] for t in tasks} == {"tools_density"}
+
+
+def test_a_source_asked_for_no_number_gives_every_task_when_fewer_than_its_default():
+    """The sidecar asks its source for no number: a narrow task_templates with fewer tasks
+    than the default 2000 serves all of them instead of failing at start-up."""
+    from rollout.registry import TaskRequest, task_sources
+    from rollout.tasks.sources import GENERATED_DEFAULT_N
+    from shared.config import from_dict
+
+    cfg = from_dict({"env": {"kind": "tools"}, "rollout": {"task_templates": ["tools_density"]}})
+    have = len(candidates("train")["tools_density"])
+    assert have < GENERATED_DEFAULT_N
+    tasks = task_sources.get("tools")(TaskRequest(cfg=cfg, split="train", seed=0, web_url=""))
+    assert len(tasks) == have and len({t["id"] for t in tasks}) == have
+    # a number asked for explicitly must still be met
+    with pytest.raises(ValueError, match="tool tasks exist"):
+        task_sources.get("tools")(TaskRequest(cfg=cfg, split="train", n=have + 1, web_url=""))
