@@ -37,7 +37,7 @@ import aiohttp
 from rollout.env import browsers_for
 from rollout.eval import run_episode
 from rollout.procs import web_for
-from rollout.tasks.generate import SPLITS, all_candidates, generate, split_of
+from rollout.tasks.generate import SPLITS, generate
 from rollout.tasks.long_horizon import FAMILIES, MAX_STEPS
 from rollout.web.build import load
 from shared.config import add_config_args, config_from_args
@@ -48,16 +48,16 @@ def tasks_of(lw, family: str, split: str, n: int, web_url: str) -> list[dict]:
     templates; ``split="all"`` draws from every split (the oracle is not trained, so a
     task's split does not matter to it, and the test split alone holds fewer than 100
     tasks of a family: its subjects are countries, 10% of them)."""
-    cands = all_candidates(lw)
-    splits = list(SPLITS) if split == "all" else [split]
-    pooled = []
-    for s in splits:
-        have = sum(split_of(c.subject) == s for t in FAMILIES[family] for c in cands[t])
-        if have:
-            pooled += generate(lw, s, have, base_url=web_url, templates=[family])
+
+    def draw(s: str, cap: int) -> list[dict]:
+        return generate(lw, s, cap, base_url=web_url, templates=[family], up_to=True)
+
+    if split != "all":
+        return draw(split, n)
     by_template: dict[str, list[dict]] = {}
-    for task in pooled:
-        by_template.setdefault(task["template"], []).append(task)
+    for s in SPLITS:
+        for task in draw(s, sys.maxsize):  # every task of the split
+            by_template.setdefault(task["template"], []).append(task)
     rng = random.Random(f"long_horizon|{split}")
     for ts in by_template.values():
         rng.shuffle(ts)
