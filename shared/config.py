@@ -294,6 +294,13 @@ class RolloutConfig:
         "('the Asia/Kolkata' from '... is in the Asia/Kolkata time zone'): equal under the "
         "SQuAD normalisation, and copyable by a small policy from the word before it.",
     )
+    oracle_spaced_names: bool = option(
+        False,
+        "The tools oracle writes country names with the space they have in the question "
+        '(lookup(" Jamaica", ...), answer(" Mauritius")): the tools ignore it, and the '
+        "call's tokens are then the question's own (a BPE tokenizer splits ' Jamaica' and "
+        "'Jamaica' differently), which a small policy copies.",
+    )
     seed: int = option(
         0, "Seed of the order the sidecar draws tasks in and of the noisy oracle's mistakes.", ge=0
     )

@@ -163,10 +163,10 @@ def _register_tools() -> None:
 
         return make_backend(ctx.env.observation_chars)
 
-    def oracle(task, *_args, **_kwargs):  # its oracle makes no mistakes to inject
+    def oracle(task, _web_url=None, rollout=None, **_kwargs):  # no mistakes to inject
         from rollout.tools import make_oracle
 
-        return make_oracle(task)
+        return make_oracle(task, spaced_names=rollout is not None and rollout.oracle_spaced_names)
 
     envs.register(
         actions.KIND,

@@ -60,6 +60,8 @@ def make_backend(observation_chars: int = DEFAULT_OBSERVATION_CHARS) -> ToolBack
     return ToolBackend(observation_chars)
 
 
-def make_oracle(task: dict) -> ToolOracle:
-    """The scripted oracle for ``task``: ``.next(observation_text) -> model text``."""
-    return ToolOracle(task)
+def make_oracle(task: dict, spaced_names: bool = False) -> ToolOracle:
+    """The scripted oracle for ``task``: ``.next(observation_text) -> model text``;
+    ``spaced_names``: country names written with the question's leading space
+    (:class:`ToolOracle`, ``rollout.oracle_spaced_names``)."""
+    return ToolOracle(task, spaced_names=spaced_names)

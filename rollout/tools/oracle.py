@@ -8,6 +8,14 @@ result as it was shown, or with the country whose looked-up value is highest (lo
 value it needs is missing from its observations it answers ``unknown``. Its
 success therefore shows that the tools return the figures the tasks were built
 from and that the dialect round-trips through the parser.
+
+With ``spaced_names`` it writes each country name with the space that precedes it in
+the question (``lookup(" Jamaica", "population")``, ``answer(" Mauritius")``). The
+tools and the verifier ignore the space; what it changes is the tokens. A byte-level
+BPE tokenizer reads " Jamaica" inside a sentence as ``ĠJ ama ica`` and "Jamaica" after
+a quote as ``J ama ica``, so an unspaced call shares no first token with the question
+it copies from, and a small policy, which copies by continuing what followed a token it
+has seen, cannot continue past it. The spaced call is the question's own tokens.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ def call(name: str, *args: object) -> str:
 
 
 class ToolOracle:
-    def __init__(self, task: dict):
+    def __init__(self, task: dict, spaced_names: bool = False):
         self.task = task
+        self.spaced_names = spaced_names
         self.plan = list(task["gold_path"])
         self.lookups = [s["args"] for s in task["gold_path"] if s["action"] == "lookup"]
         self.values: dict[tuple[str, str], str] = {}  # (folded country, indicator) -> number
@@ -45,7 +54,7 @@ class ToolOracle:
             step = self.plan.pop(0)
             args = step["args"]
             if step["action"] == "lookup":
-                return call("lookup", args["country"], args["indicator"])
+                return call("lookup", self._name(args["country"]), args["indicator"])
             if step["action"] == "list_countries":
                 return call("list_countries", args["filter"])
             if step["action"] == "calculate":
@@ -54,7 +63,13 @@ class ToolOracle:
                     return call("calculate", expression)
                 self.plan = []
         self.answering = True
-        return call("answer", self._answer())
+        answer = self._answer()
+        if self.task.get("pick") and answer != GIVE_UP:
+            answer = self._name(answer)
+        return call("answer", answer)
+
+    def _name(self, country: str) -> str:
+        return f" {country}" if self.spaced_names else country
 
     def _read(self, observation: str) -> None:
         for m in _LOOKED_UP.finditer(observation):

@@ -1,6 +1,7 @@
 """The oracle through the real Environment: 200 test tasks, parsed, run, scored by the verifier."""
 
 import time
+from pathlib import Path
 
 from rollout.env.core import Environment, EpisodeLimits
 from rollout.tools import generate_tasks, make_backend, make_oracle
@@ -63,3 +64,41 @@ async def test_a_wrong_or_missing_answer_scores_zero(tools_mode):
     result = await env.step(f'answer("{task["answer"]}")')
     assert result.reward == 0.0  # right number, but no tool used: the anti-cheat zeroes it
     assert result.info["reward_breakdown"]["no_tool_use"] is True
+
+
+async def test_the_spaced_oracle_writes_the_question_s_tokens_and_still_solves(tools_mode):
+    """rollout.oracle_spaced_names: each name the oracle writes is a run of the question's
+    tokens under the embedded default's tokenizer, and the answers still verify."""
+    from tokenizers import Tokenizer
+
+    from rollout.policies import scripted_oracle
+    from shared.config import RolloutConfig
+
+    tasks = [t for t in generate_tasks("test", 60) if t["template"] == "tools_which_of_three"]
+    assert tasks
+    spaced = RolloutConfig(oracle_spaced_names=True)
+    assert type(scripted_oracle("tools", tasks[0], "", spaced)).__name__ == "ToolOracle"
+    root = Path(__file__).resolve().parents[3]
+    tok = Tokenizer.from_file(str(root / "shared/assets/tiny_tokenizer/tokenizer.json"))
+    for task in tasks:
+        env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+        oracle = scripted_oracle("tools", task, "", spaced)
+        result = await env.reset(task)
+        question = tok.encode(task["question"]).tokens
+        while not (result.terminated or result.truncated):
+            text = oracle.next(result.text)
+            if text.startswith(("lookup", "answer")):
+                name = text.split('"')[1]
+                assert name.startswith(" ") and name.strip() in task["question"], text
+                ids = tok.encode(text).tokens
+                span = tok.encode(name).tokens  # the name's tokens, as the call writes them
+                assert any(ids[i : i + len(span)] == span for i in range(len(ids)))
+                assert any(question[i : i + len(span)] == span for i in range(len(question))), (
+                    span,
+                    question,
+                )
+            result = await env.step(text)
+        assert result.reward == 1.0, (task["question"], env.record.answer)
+        await env.close()
+    unspaced = scripted_oracle("tools", tasks[0], "", RolloutConfig())
+    assert unspaced.next("")[len('lookup("') :][0] != " "
