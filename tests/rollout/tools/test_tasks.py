@@ -128,3 +128,26 @@ def test_a_source_asked_for_no_number_gives_every_task_when_fewer_than_its_defau
     # a number asked for explicitly must still be met
     with pytest.raises(ValueError, match="tool tasks exist"):
         task_sources.get("tools")(TaskRequest(cfg=cfg, split="train", n=have + 1, web_url=""))
+
+
+def test_the_tasks_cli_lists_and_draws_the_config_s_task_source(tmp_path, capsys):
+    """`python -m rollout.tasks --config configs/tiny-tools.toml`: the tool domain's templates
+    and tasks, not the web generator's."""
+    from rollout.tasks.__main__ import main
+
+    cfg = ["--set", "rollout.task_source=tools"]
+    assert main([*cfg, "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(TEMPLATES) and all(ln.startswith("tools_") for ln in lines)
+    density = next(ln for ln in lines if ln.startswith("tools_density\t"))
+    counts = {s: len(candidates(s)["tools_density"]) for s in ("train", "dev", "test")}
+    assert f"train={counts['train']} dev={counts['dev']} test={counts['test']}" in density
+    assert density.endswith("gold_steps=3/3")
+    assert main([*cfg, "--split", "test", "--n", "4", "--templates", "tools_density"]) == 0
+    tasks = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [t["template"] for t in tasks] == ["tools_density"] * 4
+    assert tasks == generate_tasks("test", 4, 0, ["tools_density"])
+    assert main([*cfg, "--split", "test", "--n", "4", "--templates", "tools_nope"]) == 2
+    assert "unknown tool template" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--set", "rollout.task_source=file", "--list"])
