@@ -309,10 +309,20 @@ def rerun_with_devices(n: int, argv: list[str]) -> int:
     }
     print(f"dry run: {n} devices asked for, {jax.device_count()} here; re-running with "
           f"{n} simulated CPU devices", flush=True)  # fmt: skip
-    cmd = [sys.executable, "-m", "learner.train", *argv]
+    return relay([sys.executable, "-m", "learner.train", *argv], env)
+
+
+def relay(cmd: list[str], env: dict[str, str]) -> int:
+    """Run ``cmd``, print its stdout line by line, return its exit status. A stop of this
+    process (SIGTERM's SystemExit, Ctrl-C) kills the child first: leaving the ``with``
+    waits for it, which would otherwise sit out its whole compile."""
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as child:
-        for line in child.stdout:
-            print(line, end="", flush=True)
+        try:
+            for line in child.stdout:
+                print(line, end="", flush=True)
+        except BaseException:
+            child.kill()
+            raise
     return child.returncode
 
 

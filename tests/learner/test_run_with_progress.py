@@ -1,5 +1,6 @@
 """A stop (SIGTERM) during a child phase of the pipeline (an evaluation, the
-demonstrations) ends the child with it, instead of waiting out the child's run."""
+demonstrations) or during a dry run's re-run with simulated devices ends the child with
+it, instead of waiting out the child's run."""
 
 from __future__ import annotations
 
@@ -41,11 +42,29 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+RELAY_DRIVER = """
+import os, sys
+from learner.dryrun import relay
+from learner.train import _raise_on_sigterm
+
+_raise_on_sigterm()
+relay([sys.executable, "-c", sys.argv[1]], dict(os.environ))
+"""
+
+
 def test_sigterm_during_a_child_phase_stops_the_child_at_once(tmp_path):
+    _stop_driver_then_child(tmp_path, DRIVER, [str(tmp_path / "logs" / "eval.log")])
+
+
+def test_sigterm_during_the_dry_run_s_rerun_stops_the_child_at_once(tmp_path):
+    _stop_driver_then_child(tmp_path, RELAY_DRIVER, [])
+
+
+def _stop_driver_then_child(tmp_path, driver_code: str, extra: list[str]):
     pid_file = tmp_path / "child.pid"
     child = CHILD.format(pid_file=str(pid_file))
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, child, str(tmp_path / "logs" / "eval.log")],
+        [sys.executable, "-c", driver_code, child, *extra],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
