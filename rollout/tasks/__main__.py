@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = run.web
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     templates = [t.strip() for t in args.templates.split(",") if t.strip()]
+    unknown = sorted(set(types) - set(TYPES))
+    if unknown:  # before the build is loaded and every candidate made
+        print(f"error: unknown task types {unknown}; known: {', '.join(TYPES)}", file=sys.stderr)
+        return 2
     lw = load(cfg.cache_dir)
     if args.list:
         for name, cands in sorted(all_candidates(lw, types).items()):
