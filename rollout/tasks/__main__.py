@@ -23,7 +23,8 @@ import statistics
 import sys
 from collections import Counter
 
-from rollout.tasks.generate import SPLITS, TYPES, all_candidates, generate, gold_steps, split_of
+from rollout.registry import TaskRequest, task_sources
+from rollout.tasks.generate import SPLITS, TYPES, all_candidates, gold_steps, split_of
 from rollout.web.build import load
 from shared.config import add_config_args, config_from_args
 
@@ -40,72 +41,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-url", default=None, help="where the local web is served")
     args = p.parse_args(argv)
     run = config_from_args(args)
-    if run.rollout.task_source != "generated":
-        return _other_source(p, args, run)
-    cfg = run.web
+    source = run.rollout.task_source
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     templates = [t.strip() for t in args.templates.split(",") if t.strip()]
     unknown = sorted(set(types) - set(TYPES))
     if unknown:  # before the build is loaded and every candidate made
         print(f"error: unknown task types {unknown}; known: {', '.join(TYPES)}", file=sys.stderr)
         return 2
-    lw = load(cfg.cache_dir)
     if args.list:
-        for name, cands in sorted(all_candidates(lw, types).items()):
-            per = Counter(split_of(c.subject) for c in cands)
-            counts = " ".join(f"{s}={per[s]}" for s in SPLITS)
-            steps = [gold_steps(c) for c in cands]
-            gold = f"gold_steps={statistics.median_low(steps)}/{max(steps)}"
-            print(f"{name}\t{cands[0].type}\t{counts}\t{gold}")
-        return 0
-    if args.split is None or args.n is None:
-        p.error("--split and --n are required (or --list)")
-    if args.n < 1:
-        p.error("--n must be at least 1")
-    base = args.base_url or cfg.url or f"http://{cfg.host}:{cfg.port or 8900}"
-    try:
-        tasks = generate(lw, args.split, args.n, types, args.seed, base, templates)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = sys.stdout
-    for t in tasks:
-        out.write(json.dumps(t, ensure_ascii=False) + "\n")
-    counts = Counter(t["type"] for t in tasks)
-    print(f"{len(tasks)} {args.split} tasks: {dict(sorted(counts.items()))}", file=sys.stderr)
-    return 0
-
-
-def _other_source(p: argparse.ArgumentParser, args, run) -> int:
-    """``--list`` / ``--split --n`` for a task source other than the web's generator."""
-    from rollout.registry import TaskRequest, task_sources
-
-    source = run.rollout.task_source
-    templates = [t.strip() for t in args.templates.split(",") if t.strip()]
-    if args.list:
-        if source != "tools":
+        if source == "generated":
+            _list_generated(run, types)
+        elif source == "tools":
+            _list_tools(templates)
+        else:
             p.error(f"--list lists the generator's and the tool domain's templates; "
                     f"rollout.task_source = {source!r} has no template list")  # fmt: skip
-        from rollout.tools.tasks import candidates
-
-        per_split = {s: candidates(s) for s in SPLITS}
-        for name in sorted(per_split["train"]):
-            if templates and name not in templates:
-                continue
-            counts = " ".join(f"{s}={len(per_split[s][name])}" for s in SPLITS)
-            steps = [len(t["gold_path"]) for s in SPLITS for t in per_split[s][name]]
-            gold = f"gold_steps={statistics.median_low(steps)}/{max(steps)}" if steps else ""
-            print(f"{name}\tqa\t{counts}\t{gold}")
         return 0
     if args.split is None or args.n is None:
         p.error("--split and --n are required (or --list)")
     if args.n < 1:
         p.error("--n must be at least 1")
-    if templates:
-        run = dataclasses.replace(
-            run, rollout=dataclasses.replace(run.rollout, task_templates=templates)
+    # the generator draws what --types and --templates name (every template when none);
+    # another source its configured templates unless --templates names some
+    if source == "generated":
+        rollout = dataclasses.replace(run.rollout, task_types=types, task_templates=templates)
+    else:
+        rollout = dataclasses.replace(
+            run.rollout, task_templates=templates or run.rollout.task_templates
         )
-    base = args.base_url or run.web.url or f"http://{run.web.host}:{run.web.port or 8900}"
+    run = dataclasses.replace(run, rollout=rollout)
+    web = run.web
+    base = args.base_url or web.url or f"http://{web.host}:{web.port or 8900}"
     try:
         tasks = task_sources.get(source)(TaskRequest(run, base, args.split, args.n, args.seed))
     except (ValueError, OSError) as e:
@@ -113,8 +79,37 @@ def _other_source(p: argparse.ArgumentParser, args, run) -> int:
         return 2
     for t in tasks:
         sys.stdout.write(json.dumps(t, ensure_ascii=False) + "\n")
-    print(f"{len(tasks)} {args.split} tasks from {source}", file=sys.stderr)
+    counts = Counter(t["type"] for t in tasks)
+    where = "" if source == "generated" else f" from {source}"
+    print(
+        f"{len(tasks)} {args.split} tasks{where}: {dict(sorted(counts.items()))}", file=sys.stderr
+    )
     return 0
+
+
+def _list_generated(run, types: list[str]) -> None:
+    for name, cands in sorted(all_candidates(load(run.web.cache_dir), types).items()):
+        per = Counter(split_of(c.subject) for c in cands)
+        steps = [gold_steps(c) for c in cands]
+        _print_template(name, cands[0].type, [per[s] for s in SPLITS], steps)
+
+
+def _list_tools(templates: list[str]) -> None:
+    from rollout.tools.tasks import candidates
+
+    per_split = {s: candidates(s) for s in SPLITS}
+    for name in sorted(per_split["train"]):
+        if templates and name not in templates:
+            continue
+        steps = [len(t["gold_path"]) for s in SPLITS for t in per_split[s][name]]
+        _print_template(name, "qa", [len(per_split[s][name]) for s in SPLITS], steps)
+
+
+def _print_template(name: str, type_: str, counts: list[int], steps: list[int]) -> None:
+    """One --list line: name, type, the count per split, ``gold_steps=MEDIAN/MAX``."""
+    per = " ".join(f"{s}={n}" for s, n in zip(SPLITS, counts, strict=True))
+    gold = f"gold_steps={statistics.median_low(steps)}/{max(steps)}" if steps else ""
+    print(f"{name}\t{type_}\t{per}\t{gold}")
 
 
 if __name__ == "__main__":
