@@ -95,8 +95,10 @@ class BrowserRecorder:
 
     async def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until every request started so far has finished and is written; call
-        before the context closes. Requests still open after ``timeout_s`` (a long
-        poll) are given up and counted as skipped."""
+        before the context or the page closes (a body is read from the page that made
+        the request: a page closed first takes its unread bodies with it, and they are
+        counted as skipped). Requests still open after ``timeout_s`` (a long poll) are
+        given up and counted as skipped."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while self._inflight and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)

@@ -142,8 +142,10 @@ class Site:
         return self.html("a page first seen after the recording")
 
 
-async def session(context, base: str) -> list[str]:
-    """Visit the site's pages in order; the body's text after each load."""
+async def session(context, base: str, before_close=None) -> list[str]:
+    """Visit the site's pages in order; the body's text after each load. A recording
+    flushes (``before_close``) before the page closes: a response's body is read from
+    the page that made it, so a page closed first can take the last one with it."""
     page = await context.new_page()
     page.set_default_timeout(10_000)
     texts: list[str] = []
@@ -176,6 +178,8 @@ async def session(context, base: str) -> list[str]:
     await read()
     await page.goto(f"{base}/broken")
     await read()
+    if before_close is not None:
+        await before_close()
     await page.close()
     return texts
 
@@ -192,8 +196,7 @@ async def recorded(browser, tmp_path_factory):
     ctx = await browser.new_context()
     with ArchiveWriter(directory) as writer:
         recorder = await BrowserRecorder.attach(ctx, writer, EPISODE)
-        texts = await session(ctx, site.url)
-        await recorder.flush()
+        texts = await session(ctx, site.url, recorder.flush)
     await ctx.close()
     await site.stop()
     return site, directory, recorder, texts
