@@ -103,7 +103,7 @@ class ToolBackend:
         starting = f" whose names start with {prefix!r}" if prefix else ""
         if not names:
             return Observation(
-                f"No country{where}{starting}. Continents: {', '.join(CONTINENTS.values())}.",
+                f"No country{where}{starting}. Continents: {continent_list()}.",
                 summary="no countries",
             )
         head = f"{len(names)} countr{'y' if len(names) == 1 else 'ies'}{where}{starting}: "
@@ -136,7 +136,14 @@ def resolve_indicator(text: str) -> str | None:
 
 
 def indicator_list() -> str:
-    return ", ".join(f"{i.name} ({i.unit})" for i in INDICATORS.values())
+    return "; ".join(f"{i.name} ({i.unit})" for i in INDICATORS.values())
+
+
+def continent_list() -> str:
+    """The continents, ";"-separated as every list a tool shows: in the prompt a comma
+    then stands only between the question's names ("Which of A, B and C ..."), so a
+    small policy that copies the name after a comma finds the question's."""
+    return "; ".join(CONTINENTS.values())
 
 
 def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
@@ -156,7 +163,7 @@ def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
     if continent is None and (explicit or prefix):
         raise ToolError(
             f"Unknown continent {rest[:40]!r}. Continents: "
-            + ", ".join(f"{v} ({k})" for k, v in CONTINENTS.items())
+            + "; ".join(f"{v} ({k})" for k, v in CONTINENTS.items())
         )
     if continent is None:
         return None, fold(rest)
@@ -166,8 +173,8 @@ def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
 def welcome() -> str:
     """The first observation: what the tools read, so the agent need not guess names."""
     return (
-        "Tools ready (no browser). lookup(country, indicator) reads one figure; "
-        f"indicators: {indicator_list()}. "
-        f"list_countries(filter) lists country names; continents: {', '.join(CONTINENTS.values())}. "
+        "Tools ready (no browser). lookup(country, indicator) reads one figure. "
+        f"Indicators: {indicator_list()}. "
+        f"list_countries(filter) lists country names. Continents: {continent_list()}. "
         "calculate(expression) does exact arithmetic."
     )
