@@ -301,6 +301,13 @@ class RolloutConfig:
         "call's tokens are then the question's own (a BPE tokenizer splits ' Jamaica' and "
         "'Jamaica' differently), which a small policy copies.",
     )
+    oracle_batched_lookups: bool = option(
+        False,
+        "The tools oracle reads the figures of one indicator for several countries in one "
+        'lookup call naming them as the question lists them (lookup(" Peru, Chile and '
+        'Bolivia", "population")): a span of the question to copy, instead of one call per '
+        "country, each starting where its name does.",
+    )
     seed: int = option(
         0, "Seed of the order the sidecar draws tasks in and of the noisy oracle's mistakes.", ge=0
     )

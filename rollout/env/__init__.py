@@ -166,7 +166,13 @@ def _register_tools() -> None:
     def oracle(task, _web_url=None, rollout=None, **_kwargs):  # no mistakes to inject
         from rollout.tools import make_oracle
 
-        return make_oracle(task, spaced_names=rollout is not None and rollout.oracle_spaced_names)
+        if rollout is None:
+            return make_oracle(task)
+        return make_oracle(
+            task,
+            spaced_names=rollout.oracle_spaced_names,
+            batched=rollout.oracle_batched_lookups,
+        )
 
     envs.register(
         actions.KIND,

@@ -60,8 +60,9 @@ def make_backend(observation_chars: int = DEFAULT_OBSERVATION_CHARS) -> ToolBack
     return ToolBackend(observation_chars)
 
 
-def make_oracle(task: dict, spaced_names: bool = False) -> ToolOracle:
+def make_oracle(task: dict, spaced_names: bool = False, batched: bool = False) -> ToolOracle:
     """The scripted oracle for ``task``: ``.next(observation_text) -> model text``;
     ``spaced_names``: country names written with the question's leading space
-    (:class:`ToolOracle`, ``rollout.oracle_spaced_names``)."""
-    return ToolOracle(task, spaced_names=spaced_names)
+    (``rollout.oracle_spaced_names``); ``batched``: consecutive lookups of one indicator
+    as one call (``rollout.oracle_batched_lookups``). See :class:`ToolOracle`."""
+    return ToolOracle(task, spaced_names=spaced_names, batched=batched)

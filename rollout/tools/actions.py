@@ -21,7 +21,7 @@ DIALECT = "call"  # read by rollout.dialects.read_call, like the playwright and 
 
 @dataclass(frozen=True)
 class Lookup(Action):
-    """Read one indicator of one country."""
+    """Read one indicator of a country, or of a list of countries ("A, B and C")."""
 
     name: ClassVar[str] = "lookup"
     country: str
@@ -58,10 +58,15 @@ def table() -> tuple[ActionSpec, ...]:
         ActionSpec(
             Lookup,
             (
-                Param("country", "text", "a country name or ISO code, e.g. France or FR"),
+                Param(
+                    "country",
+                    "text",
+                    "a country name or ISO code, e.g. France or FR, or a list of up to five: "
+                    '"France, Spain and Italy"',
+                ),
                 Param("indicator", "text", "what to read; an unknown one lists them all"),
             ),
-            "Read one figure of a country (population, area_km2, gdp_official, ...).",
+            "Read one figure of a country or of several (population, area_km2, gdp_official, ...).",
             'lookup("France", "population")',
             Lookup("France", "population"),
         ),

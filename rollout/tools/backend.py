@@ -20,11 +20,15 @@ from rollout.env.observation import Observation
 from rollout.tools.actions import Calculate, ListCountries, Lookup
 from rollout.tools.calculator import CalcError, evaluate, format_number
 from rollout.tools.data import INDICATOR_ALIASES, INDICATORS, Atlas, atlas, fold, plain
+from rollout.web.data import Country
 from rollout.web.site import CONTINENTS
 
 DEFAULT_OBSERVATION_CHARS = 2000
 _PREFIX = re.compile(r"\b(?:prefix|starts?|name)\s{0,4}[:=]\s{0,4}(\S{1,40})", re.I)
 _CONTINENT = re.compile(r"\bcontinent\s{0,4}[:=]\s{0,4}", re.I)
+# Between the items of a list of countries: "A, B and C", "A; B", "A, and B"
+_LIST_SEP = re.compile(r"(\s*[,;]\s*(?:and\s+)?|\s+and\s+)", re.I)
+MAX_LOOKUP_COUNTRIES = 5  # countries one lookup reads
 
 
 class ToolBackend:
@@ -67,29 +71,74 @@ class ToolBackend:
     # ------------------------------------------------------------------ the tools
 
     def lookup(self, country: str, indicator: str) -> Observation:
-        c = self.data.find(country)
-        if c is None:
-            close = self.data.suggest(country)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise ToolError(
-                f"Unknown country {country[:60]!r}.{hint} "
-                'list_countries("prefix:XY") lists the names that start with XY.'
-            )
+        countries = self.countries_named(country)
         key = resolve_indicator(indicator)
         if key is None:
             raise ToolError(
                 f"Unknown indicator {indicator[:60]!r}. Indicators: {indicator_list()}."
             )
-        ind, name = INDICATORS[key], self.data.name(c)
-        value = self.data.value(c, key)
-        if value is None:
-            raise ToolError(f"The {ind.source} has no {key} figure for {name}.")
-        detail = f"{value.detail}; " if value.detail else ""
-        text = (
-            f"{name}: {key} = {plain(value.number)} {ind.unit} "
-            f"({detail}{ind.label}, {ind.source}: {value.source_text})"
+        ind = INDICATORS[key]
+        lines, summaries = [], []
+        for c in countries:
+            name, value = self.data.name(c), self.data.value(c, key)
+            if value is None:
+                missing = f"The {ind.source} has no {key} figure for {name}."
+                if len(countries) == 1:
+                    raise ToolError(missing)
+                lines.append(f"{name}: {missing}")
+                summaries.append(f"{name} {key} = none")
+                continue
+            detail = f"{value.detail}; " if value.detail else ""
+            lines.append(
+                f"{name}: {key} = {plain(value.number)} {ind.unit} "
+                f"({detail}{ind.label}, {ind.source}: {value.source_text})"
+            )
+            summaries.append(f"{name} {key} = {plain(value.number)}")
+        return Observation("\n".join(lines), summary="; ".join(summaries))
+
+    def countries_named(self, text: str) -> list[Country]:
+        """The countries ``text`` names: one name (or ISO code), or a list of up to
+        ``MAX_LOOKUP_COUNTRIES`` as a question writes them ("Peru, Chile and Bolivia",
+        "Peru; Chile"). A list is read left to right, each time the longest run of its
+        items that is one name, so "Trinidad and Tobago" stays whole.
+
+        Raises ToolError naming the first item that is no country."""
+        whole = self.data.find(text)
+        if whole is not None:
+            return [whole]
+        parts = _LIST_SEP.split(text.strip())
+        items, seps = parts[0::2], parts[1::2]
+        found: list[Country] = []
+        i = 0
+        while i < len(items):
+            if not items[i].strip():
+                i += 1
+                continue
+            for j in range(len(items), i, -1):  # the longest run first
+                span = items[i] + "".join(seps[k] + items[k + 1] for k in range(i, j - 1))
+                c = self.data.find(span)
+                if c is not None:
+                    if c not in found:
+                        found.append(c)
+                    i = j
+                    break
+            else:
+                raise self._unknown_country(items[i] if found else text)
+        if not found:
+            raise self._unknown_country(text)
+        if len(found) > MAX_LOOKUP_COUNTRIES:
+            raise ToolError(
+                f"{len(found)} countries in one lookup; at most {MAX_LOOKUP_COUNTRIES}."
+            )
+        return found
+
+    def _unknown_country(self, name: str) -> ToolError:
+        close = self.data.suggest(name)
+        hint = f" Did you mean: {'; '.join(close)}?" if close else ""
+        return ToolError(
+            f"Unknown country {name.strip()[:60]!r}.{hint} "
+            'list_countries("prefix:XY") lists the names that start with XY.'
         )
-        return Observation(text, summary=f"{name} {key} = {plain(value.number)}")
 
     def list_countries(self, text: str) -> Observation:
         continent, prefix = parse_filter(text, self.data)
@@ -173,7 +222,8 @@ def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
 def welcome() -> str:
     """The first observation: what the tools read, so the agent need not guess names."""
     return (
-        "Tools ready (no browser). lookup(country, indicator) reads one figure. "
+        "Tools ready (no browser). lookup(country, indicator) reads a figure of one "
+        "country or of a list of them. "
         f"Indicators: {indicator_list()}. "
         f"list_countries(filter) lists country names. Continents: {continent_list()}. "
         "calculate(expression) does exact arithmetic."

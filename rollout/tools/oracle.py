@@ -16,6 +16,12 @@ BPE tokenizer reads " Jamaica" inside a sentence as ``ĠJ ama ica`` and "Jamaica
 a quote as ``J ama ica``, so an unspaced call shares no first token with the question
 it copies from, and a small policy, which copies by continuing what followed a token it
 has seen, cannot continue past it. The spaced call is the question's own tokens.
+
+With ``batched`` the lookups of one indicator that follow each other in the gold path are
+one call naming the countries as the question lists them
+(``lookup(" Peru, Chile and Bolivia", "population")``): a span of the question, which a
+small policy copies token by token, where three calls must each find where their name
+starts ("Bolivia" after the question's second comma).
 """
 
 from __future__ import annotations
@@ -36,10 +42,16 @@ def call(name: str, *args: object) -> str:
     return f"{name}({', '.join(json.dumps(a, ensure_ascii=False) for a in args)})"
 
 
+def _listed(names: list[str]) -> str:
+    """ "A", "A and B", "A, B and C": a list as the templates' questions write it."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 class ToolOracle:
-    def __init__(self, task: dict, spaced_names: bool = False):
+    def __init__(self, task: dict, spaced_names: bool = False, batched: bool = False):
         self.task = task
         self.spaced_names = spaced_names
+        self.batched = batched  # consecutive lookups of one indicator as one call
         self.plan = list(task["gold_path"])
         self.lookups = [s["args"] for s in task["gold_path"] if s["action"] == "lookup"]
         self.values: dict[tuple[str, str], str] = {}  # (folded country, indicator) -> number
@@ -54,7 +66,10 @@ class ToolOracle:
             step = self.plan.pop(0)
             args = step["args"]
             if step["action"] == "lookup":
-                return call("lookup", self._name(args["country"]), args["indicator"])
+                names = [args["country"]]
+                while self.batched and self._same_lookup(args):
+                    names.append(self.plan.pop(0)["args"]["country"])
+                return call("lookup", self._name(_listed(names)), args["indicator"])
             if step["action"] == "list_countries":
                 return call("list_countries", args["filter"])
             if step["action"] == "calculate":
@@ -67,6 +82,14 @@ class ToolOracle:
         if self.task.get("pick") and answer != GIVE_UP:
             answer = self._name(answer)
         return call("answer", answer)
+
+    def _same_lookup(self, args: dict) -> bool:
+        nxt = self.plan[0] if self.plan else None
+        return (
+            nxt is not None
+            and nxt["action"] == "lookup"
+            and nxt["args"]["indicator"] == args["indicator"]
+        )
 
     def _name(self, country: str) -> str:
         return f" {country}" if self.spaced_names else country

@@ -55,6 +55,39 @@ async def test_a_missing_figure_says_which_source_lacks_it(backend):
         await backend.act(Lookup("Western Sahara", "gdp_official"))
 
 
+async def test_one_lookup_reads_a_list_of_countries_as_a_question_writes_it(backend):
+    obs = await backend.act(Lookup(" Peru, Chile and Bolivia", "population"))
+    lines = obs.text.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["Peru", "Chile", "Bolivia"]
+    single = [
+        (await backend.act(Lookup(n, "population"))).text for n in ("Peru", "Chile", "Bolivia")
+    ]
+    assert lines == single  # each line as its own lookup gives it
+    for text, names in [
+        ("Trinidad and Tobago, France and Bosnia and Herzegovina",
+         ["Trinidad and Tobago", "France", "Bosnia and Herzegovina"]),  # "and" inside names
+        ("France; Spain", ["France", "Spain"]),
+        ("France, and Spain", ["France", "Spain"]),
+        ("FR, ES, FR", ["France", "Spain"]),  # codes; a repeat read once
+    ]:  # fmt: skip
+        assert [n.name for n in map(backend.data.find, names)] == names
+        assert backend.countries_named(text) == [backend.data.find(n) for n in names], text
+
+
+async def test_a_list_lookup_names_the_item_it_cannot_read(backend):
+    with pytest.raises(ToolError, match=r"Unknown country 'Spainn'\. Did you mean: Spain"):
+        await backend.act(Lookup("France, Spainn and Peru", "population"))
+    with pytest.raises(ToolError, match="6 countries in one lookup; at most 5"):
+        await backend.act(Lookup("Peru, Chile, Bolivia, France, Spain and Italy", "population"))
+    # a figure one of them lacks is a line of its own; the others are read
+    obs = await backend.act(Lookup("France and Western Sahara", "gdp_official"))
+    first, second = obs.text.splitlines()
+    assert first.startswith("France: gdp_official = 3162000000000 US dollars (")
+    assert second == (
+        "Western Sahara: The World Factbook has no gdp_official figure for Western Sahara."
+    )
+
+
 async def test_list_countries_by_continent_prefix_or_both(backend):
     obs = await backend.act(ListCountries("South America"))
     assert obs.text.startswith("14 countries in South America: ")

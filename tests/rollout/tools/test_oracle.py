@@ -102,3 +102,50 @@ async def test_the_spaced_oracle_writes_the_question_s_tokens_and_still_solves(t
         await env.close()
     unspaced = scripted_oracle("tools", tasks[0], "", RolloutConfig())
     assert unspaced.next("")[len('lookup("') :][0] != " "
+
+
+async def test_the_batched_oracle_reads_one_indicator_s_list_in_one_call(tools_mode):
+    """rollout.oracle_batched_lookups: consecutive lookups of one indicator are one call
+    naming the countries as the question lists them (a run of the question's tokens);
+    every template still solves, in fewer steps where its lookups share an indicator."""
+    from tokenizers import Tokenizer
+
+    from rollout.policies import scripted_oracle
+    from shared.config import RolloutConfig
+
+    root = Path(__file__).resolve().parents[3]
+    tok = Tokenizer.from_file(str(root / "shared/assets/tiny_tokenizer/tokenizer.json"))
+    both = RolloutConfig(oracle_spaced_names=True, oracle_batched_lookups=True)
+    tasks = generate_tasks("test", N_TASKS)
+    failures, shorter, copied = [], 0, 0
+    for task in tasks:
+        env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+        oracle = scripted_oracle("tools", task, "", both)
+        result = await env.reset(task)
+        while not (result.terminated or result.truncated):
+            result = await env.step(oracle.next(result.text))
+        await env.close()
+        steps = env.record.steps
+        assert not any(s.error for s in steps), [s.raw for s in steps]
+        if result.reward < 1.0:
+            failures.append((task["question"], env.record.answer))
+        lookups = [s for s in task["gold_path"] if s["action"] == "lookup"]
+        indicators = {s["args"]["indicator"] for s in lookups}
+        calls = [s for s in steps if s.action == "lookup"]
+        if len(indicators) == 1 and len(lookups) > 1:  # one call reads them all
+            assert len(calls) == 1, [s.raw for s in steps]
+            shorter += 1
+            listed = calls[0].raw.split('"')[1]
+            assert listed.startswith(" ")
+            if task["template"] == "tools_which_of_three":
+                assert listed.strip() in task["question"]  # "Which of A, B and C ..."
+            if listed.strip() in task["question"]:  # the question's own span, its tokens
+                span, question = tok.encode(listed).tokens, tok.encode(task["question"]).tokens
+                assert any(question[i : i + len(span)] == span for i in range(len(question)))
+                copied += 1
+        else:
+            assert len(calls) == len(lookups)
+        if task["template"] == "tools_which_of_three":
+            assert [s.action for s in steps] == ["lookup", "answer"]
+    assert len(failures) <= 0.02 * len(tasks), failures[:10]
+    assert shorter >= 20 and copied >= 20  # which of three, combined population, ...
