@@ -134,9 +134,9 @@ class ToolBackend:
 
     def _unknown_country(self, name: str) -> ToolError:
         close = self.data.suggest(name)
-        hint = f" Did you mean: {'; '.join(close)}?" if close else ""
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
         return ToolError(
-            f"Unknown country {name.strip()[:60]!r}.{hint} "
+            f"Unknown country {name[:60]!r}.{hint} "
             'list_countries("prefix:XY") lists the names that start with XY.'
         )
 
@@ -185,14 +185,11 @@ def resolve_indicator(text: str) -> str | None:
 
 
 def indicator_list() -> str:
-    return "; ".join(f"{i.name} ({i.unit})" for i in INDICATORS.values())
+    return ", ".join(f"{i.name} ({i.unit})" for i in INDICATORS.values())
 
 
 def continent_list() -> str:
-    """The continents, ";"-separated as every list a tool shows: in the prompt a comma
-    then stands only between the question's names ("Which of A, B and C ..."), so a
-    small policy that copies the name after a comma finds the question's."""
-    return "; ".join(CONTINENTS.values())
+    return ", ".join(CONTINENTS.values())
 
 
 def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
@@ -212,7 +209,7 @@ def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
     if continent is None and (explicit or prefix):
         raise ToolError(
             f"Unknown continent {rest[:40]!r}. Continents: "
-            + "; ".join(f"{v} ({k})" for k, v in CONTINENTS.items())
+            + ", ".join(f"{v} ({k})" for k, v in CONTINENTS.items())
         )
     if continent is None:
         return None, fold(rest)
@@ -222,9 +219,8 @@ def parse_filter(text: str, data: Atlas) -> tuple[str | None, str]:
 def welcome() -> str:
     """The first observation: what the tools read, so the agent need not guess names."""
     return (
-        "Tools ready (no browser). lookup(country, indicator) reads a figure of one "
-        "country or of a list of them. "
-        f"Indicators: {indicator_list()}. "
-        f"list_countries(filter) lists country names. Continents: {continent_list()}. "
+        "Tools ready (no browser). lookup(country, indicator) reads one figure; "
+        f"indicators: {indicator_list()}. "
+        f"list_countries(filter) lists country names; continents: {continent_list()}. "
         "calculate(expression) does exact arithmetic."
     )

@@ -49,7 +49,7 @@ async def test_an_episode_records_the_tool_steps_and_the_prompt_lists_the_tools(
     for name in ("lookup(country: str, indicator: str)", "list_countries", "calculate", "answer"):
         assert name in prompt
     assert "URLs must" not in prompt
-    assert "Indicators: population (people); " in env.user_prompt()
+    assert "indicators: population (people), " in env.user_prompt()
 
 
 async def test_a_wrong_or_missing_answer_scores_zero(tools_mode):
