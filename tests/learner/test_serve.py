@@ -191,14 +191,19 @@ async def test_batched_requests_finish_faster_than_one_by_one(server):
     ]
     await asyncio.gather(*(post(server, "/generate", b) for b in bodies))  # compile both shapes
     await post(server, "/generate", bodies[0])
-    t0 = time.monotonic()
-    sequential = [(await post(server, "/generate", b))[1] for b in bodies]
-    t_seq = time.monotonic() - t0
-    t0 = time.monotonic()
-    batched = await asyncio.gather(*(post(server, "/generate", b) for b in bodies))
-    t_batch = time.monotonic() - t0
-    assert all(len(r["output_ids"]) == 24 for r in sequential)
-    assert all(s == 200 and len(r["output_ids"]) == 24 for s, r in batched)
+    # Best of three, each way: how the scheduler splits 16 concurrent arrivals varies with
+    # the machine's load, and a split not seen before compiles its batch size inside the
+    # timed run (15 s once in CI, against 1 s for the 16 one by one).
+    t_seq = t_batch = float("inf")
+    for _ in range(3):
+        t0 = time.monotonic()
+        sequential = [(await post(server, "/generate", b))[1] for b in bodies]
+        t_seq = min(t_seq, time.monotonic() - t0)
+        t0 = time.monotonic()
+        batched = await asyncio.gather(*(post(server, "/generate", b) for b in bodies))
+        t_batch = min(t_batch, time.monotonic() - t0)
+        assert all(len(r["output_ids"]) == 24 for r in sequential)
+        assert all(s == 200 and len(r["output_ids"]) == 24 for s, r in batched)
     assert t_batch < t_seq, (t_batch, t_seq)
 
 
