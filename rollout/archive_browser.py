@@ -107,6 +107,14 @@ class BrowserRecorder:
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
+    async def settle(self, timeout_s: float = 5.0) -> None:
+        """Wait (at most ``timeout_s``) until the requests finished so far are read and
+        written. The environment calls it after each step's observation: a body is read
+        from the page that made the request, and the next action's navigation can take
+        an unread one with it (seen under load as a search page missing from a replay)."""
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=timeout_s)
+
     def _started(self, request: Request) -> None:
         if request.url.startswith(_SCHEMES):
             self._inflight.add(request)

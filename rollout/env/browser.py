@@ -190,6 +190,9 @@ class PlaywrightBackend:
                 await self.page.evaluate(_FRAMES_JS)  # (lazy loading) starts by the next frame
             await self._settle(deadline if replayer is not None else None)
             obs = await self._observe()
+            if self.lease.recorder is not None:  # recording: the bodies are read before
+                # the next action can navigate away from them
+                await self.lease.recorder.settle(max(0.5, deadline - loop.time()))
             if self.no_upstream:  # every upstream proxy is benched: not the agent's doing
                 raise InfraError("no upstream proxy is left to reach the web through")
             if replayer is not None:  # replaying: the page asked for is not archived
