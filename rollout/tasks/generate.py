@@ -38,41 +38,57 @@ def split_of(subject: str) -> str:
     return next(name for name, (lo, hi) in SPLITS.items() if lo <= bucket < hi)
 
 
-_CACHE: dict[tuple[str, frozenset[str]], dict[str, list[Candidate]]] = {}
+_CACHE: dict[tuple[str, str], list[Candidate]] = {}  # (build key, template) -> candidates
 
 
-def all_candidates(lw: LocalWeb, types: Iterable[str] = TYPES) -> dict[str, list[Candidate]]:
-    """Candidates by template, ambiguous questions removed, for the requested types.
+def all_candidates(
+    lw: LocalWeb, types: Iterable[str] = TYPES, templates: Iterable[str] | None = None
+) -> dict[str, list[Candidate]]:
+    """Candidates by template name (a citation variant as ``name+citation``), ambiguous
+    questions removed, for the requested types; with ``templates``, only those templates
+    are built (the others cost a process several seconds: the city templates alone make
+    64,000 candidates).
 
-    Computed once per build and set of types (a few seconds); treat as read-only.
+    Computed once per build and template; treat as read-only. A question is ambiguous when
+    its template gives it two different answers; no two templates share a question text
+    (``tests/rollout/tasks/test_generate.py`` checks it over every candidate), so a
+    template's candidates do not depend on which others were built.
     """
-    key = (lw.key, frozenset(types))
-    if key not in _CACHE:
-        _CACHE.clear()  # one build at a time is all a process uses
-        _CACHE[key] = _candidates(lw, key[1])
-    return _CACHE[key]
-
-
-def _candidates(lw: LocalWeb, types: frozenset[str]) -> dict[str, list[Candidate]]:
     wanted = set(types)
     unknown = wanted - set(TYPES)
     if unknown:
         raise ValueError(f"unknown task types {sorted(unknown)}; known: {', '.join(TYPES)}")
-    by_template: dict[str, list[Candidate]] = {}
-    for name, make in TEMPLATES.items():
-        cands = list(make(lw))
-        if "citation" in wanted and cands and cands[0].type == "qa":
-            by_template[f"{name}+citation"] = [_as_citation(c) for c in cands if c.hops <= 2]
-        by_template[name] = cands
+    if templates is None:
+        bases = list(TEMPLATES)
+    else:
+        bases = list(dict.fromkeys(t.removesuffix("+citation") for t in templates))
+        bases = [t for t in bases if t in TEMPLATES]
+    if _CACHE and next(iter(_CACHE))[0] != lw.key:
+        _CACHE.clear()  # one build at a time is all a process uses
+    out: dict[str, list[Candidate]] = {}
+    for name in bases:
+        key = (lw.key, name)
+        if key not in _CACHE:
+            _CACHE[key] = _unambiguous(list(TEMPLATES[name](lw)))
+        cands = _CACHE[key]
+        if not cands:
+            continue
+        if "citation" in wanted and cands[0].type == "qa":
+            ckey = (lw.key, f"{name}+citation")
+            if ckey not in _CACHE:
+                _CACHE[ckey] = [_as_citation(c) for c in cands if c.hops <= 2]
+            if _CACHE[ckey]:
+                out[f"{name}+citation"] = _CACHE[ckey]
+        if cands[0].type in wanted:
+            out[name] = cands
+    return out
+
+
+def _unambiguous(cands: list[Candidate]) -> list[Candidate]:
     answers: dict[str, set[str]] = defaultdict(set)
-    for cands in by_template.values():
-        for c in cands:
-            answers[c.question].add(c.answer.lower())
-    return {
-        name: [c for c in cands if len(answers[c.question]) == 1]
-        for name, cands in by_template.items()
-        if cands and cands[0].type in wanted
-    }
+    for c in cands:
+        answers[c.question].add(c.answer.lower())
+    return [c for c in cands if len(answers[c.question]) == 1]
 
 
 def _as_citation(c: Candidate) -> Candidate:
@@ -157,9 +173,12 @@ def generate(
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     rng = random.Random(f"{seed}|{split}")
-    by_template = all_candidates(lw, types)
     wanted = {t for name in templates for t in FAMILIES.get(name, (name,))}
+    # only the templates drawn from are built (the long-horizon ones only when named)
+    names = sorted(wanted) if wanted else [t for t in TEMPLATES if t not in LONG_TEMPLATES]
+    by_template = all_candidates(lw, types, names)
     if wanted - set(by_template):
+        by_template = all_candidates(lw, types)  # every name the error can suggest
         raise ValueError(
             f"unknown task templates {sorted(wanted - set(by_template))} for types "
             f"{sorted(types)}; known: {', '.join(sorted(by_template))}"

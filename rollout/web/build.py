@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.web import pydocs
-from rollout.web.data import World
+from rollout.web.data import World, data_fingerprint
 from rollout.web.search import SearchIndex
 from rollout.web.site import Page, Site
 
@@ -37,8 +37,11 @@ class LocalWeb:
         return self.site.pages.get(path) or self.docs.get(path)
 
 
-def cache_key(world: World, docs_root: Path = pydocs.DOCS_ROOT) -> str:
-    h = hashlib.sha256(world.fingerprint.encode())
+def cache_key(docs_root: Path = pydocs.DOCS_ROOT) -> str:
+    """The build's inputs, hashed without loading them (a world takes seconds to load):
+    the data packages' versions, this package's source (``data.py``, what makes a world
+    of them, included) and the documentation's file names and sizes."""
+    h = hashlib.sha256(data_fingerprint().encode())
     for f in sorted(_SOURCE_DIR.glob("*.py")):
         h.update(f.name.encode() + f.read_bytes())
     for f in sorted(docs_root.rglob("*.html")):
@@ -67,11 +70,11 @@ def build(world: World | None = None, key: str = "") -> LocalWeb:
 
 
 def load(cache_dir: str | Path | None) -> LocalWeb:
-    """The local web, from ``cache_dir`` when a build for the same inputs is there."""
-    world = World()
-    key = cache_key(world)
+    """The local web, from ``cache_dir`` when a build for the same inputs is there (the
+    world is loaded from its data packages only when the web is built)."""
+    key = cache_key()
     if cache_dir is None:
-        return build(world, key)
+        return build(None, key)
     path = Path(cache_dir) / f"web-{key}.pkl"
     if path.is_file():
         t0 = time.monotonic()
@@ -83,7 +86,7 @@ def load(cache_dir: str | Path | None) -> LocalWeb:
                 return web
         except Exception as e:  # a torn or foreign file: rebuild rather than trust it
             _log(f"ignoring unreadable cache {path}: {type(e).__name__}: {e}")
-    web = build(world, key)
+    web = build(None, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     with tmp.open("wb") as fh:

@@ -130,6 +130,12 @@ def _clean_tree(node: object) -> object:
     return None
 
 
+def data_fingerprint() -> str:
+    """Names and versions of the data packages (and with this module's source, what a
+    :class:`World` is a function of); known without loading the world."""
+    return ",".join(f"{p}=={importlib.metadata.version(p)}" for p in DATA_PACKAGES)
+
+
 class World:
     """Countries, cities, airports and elements, joined across sources."""
 
@@ -147,7 +153,7 @@ class World:
     @cached_property
     def fingerprint(self) -> str:
         """Names and versions of the data packages: the world is a function of these."""
-        return ",".join(f"{p}=={importlib.metadata.version(p)}" for p in DATA_PACKAGES)
+        return data_fingerprint()
 
     # ------------------------------------------------------------------ loaders
 

@@ -66,6 +66,32 @@ def test_answers_are_unique_per_question(local_web):
             assert answers.setdefault(c.question, c.answer.lower()) == c.answer.lower()
 
 
+def test_no_two_templates_share_a_question(local_web):
+    """What lets a draw build only its own templates: a template's ambiguity filter (one
+    question, two answers) would not change if the others were built too."""
+    owner: dict[str, str] = {}
+    for name, cands in all_candidates(local_web).items():
+        for c in cands:
+            assert owner.setdefault(c.question, name) == name, (c.question, owner[c.question])
+
+
+def test_a_narrow_draw_builds_only_its_templates(local_web, monkeypatch):
+    from rollout.tasks import generate as gen
+
+    full = generate(local_web, "test", 200, types=["qa", "citation"], templates=["city_timezone"])
+    monkeypatch.setattr(gen, "_CACHE", {})  # a fresh process's
+    built = []
+    for name, make in list(gen.TEMPLATES.items()):
+        monkeypatch.setitem(gen.TEMPLATES, name, lambda lw, n=name, m=make: built.append(n) or m(lw))
+    narrow = generate(local_web, "test", 200, types=["qa", "citation"], templates=["city_timezone"])
+    assert built == ["city_timezone"] and narrow == full
+    assert {k[1] for k in gen._CACHE} == {"city_timezone", "city_timezone+citation"}
+    generate(local_web, "test", 5, types=["qa"])  # no template named: every short one
+    from rollout.tasks.long_horizon import LONG_TEMPLATES
+
+    assert set(built) == set(gen.TEMPLATES) - LONG_TEMPLATES
+
+
 def test_generation_is_deterministic_and_seeded(local_web):
     a = generate(local_web, "dev", 300, seed=5)
     assert a == generate(local_web, "dev", 300, seed=5)
