@@ -82,7 +82,9 @@ def test_a_narrow_draw_builds_only_its_templates(local_web, monkeypatch):
     monkeypatch.setattr(gen, "_CACHE", {})  # a fresh process's
     built = []
     for name, make in list(gen.TEMPLATES.items()):
-        monkeypatch.setitem(gen.TEMPLATES, name, lambda lw, n=name, m=make: built.append(n) or m(lw))
+        monkeypatch.setitem(
+            gen.TEMPLATES, name, lambda lw, n=name, m=make: built.append(n) or m(lw)
+        )
     narrow = generate(local_web, "test", 200, types=["qa", "citation"], templates=["city_timezone"])
     assert built == ["city_timezone"] and narrow == full
     assert {k[1] for k in gen._CACHE} == {"city_timezone", "city_timezone+citation"}
