@@ -3,7 +3,10 @@
 The build (world, pages, Python docs, search index) is a pure function of the
 data packages' versions, the documentation's files and this package's source,
 so it is cached under a key of all three: a changed input is a new key, never a
-stale page. A cache file that cannot be read is rebuilt, not trusted.
+stale page. A cache file that cannot be read is rebuilt, not trusted. Each build is
+~180 MB, and every change to this package's source makes a new one: after writing a
+build, :func:`prune` keeps the :data:`KEEP_BUILDS` newest and removes the rest (and
+temporary files a killed writer left behind).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from rollout.web.search import SearchIndex
 from rollout.web.site import Page, Site
 
 _SOURCE_DIR = Path(__file__).resolve().parent
+KEEP_BUILDS = 2  # the new build and the one before it (another branch or checkout's)
+STALE_TMP_S = 3600.0  # a temporary file this old is a killed writer's
 
 
 @dataclass
@@ -92,4 +97,40 @@ def load(cache_dir: str | Path | None) -> LocalWeb:
     with tmp.open("wb") as fh:
         pickle.dump(web, fh, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
+    prune(path.parent, keep=KEEP_BUILDS, current=path)
     return web
+
+
+def prune(cache_dir: Path, keep: int = KEEP_BUILDS, current: Path | None = None) -> list[Path]:
+    """Remove all but the ``keep`` newest builds (``web-*.pkl`` by modification time;
+    ``current`` is always kept) and temporary files older than :data:`STALE_TMP_S`;
+    the paths removed. A process still reading a removed build keeps its open file (a
+    removed file lives until closed); one about to open it finds none and rebuilds."""
+    removed: list[Path] = []
+    builds = []
+    for f in cache_dir.glob("web-*.pkl"):
+        try:
+            builds.append((f.stat().st_mtime, f))
+        except FileNotFoundError:  # another process pruned it meanwhile
+            continue
+    builds.sort(reverse=True)
+    kept = {current} if current is not None else set()
+    for _, f in builds:
+        if len(kept) < max(keep, 1) or f in kept:
+            kept.add(f)
+            continue
+        removed.append(f)
+    now = time.time()
+    for f in cache_dir.glob("web-*.tmp*"):
+        try:
+            if now - f.stat().st_mtime > STALE_TMP_S:
+                removed.append(f)
+        except FileNotFoundError:
+            continue
+    for f in removed:
+        f.unlink(missing_ok=True)
+    if removed:
+        _log(
+            f"removed {len(removed)} old file(s) from {cache_dir}: {', '.join(f.name for f in removed)}"
+        )
+    return removed
