@@ -48,35 +48,31 @@ def key_block(length: int, cap: int) -> int:
     return min(cap, length & -length)
 
 
-def _scores_mm(q_bkgsd: jax.Array, k_bkcd: jax.Array) -> jax.Array:
+def _scores(q_bkgsd: jax.Array, k_bkcd: jax.Array) -> jax.Array:
+    """Float32 scores (B, Hkv, G, S, c) of the queries against a key tile.
+
+    One query per row (S = 1, a decode step) takes products summed over D instead of the
+    einsum: there the einsum is a batch of matrix-vector products (B x Hkv of them, G rows
+    each) that XLA:CPU ran at ~2 GB/s of cache read (4 ms a layer at 128 rows and a
+    256-entry cache). Measured on the peer comparison's generation (128 rows, 64 + 128
+    tokens, 2 cores, the two engines interleaved in one process, median of 5): 5.05 s with
+    the einsums, 4.58 s. (The key tile is still copied out of the stacked cache.)"""
+    if q_bkgsd.shape[3] == 1:
+        f32 = jnp.float32
+        return (q_bkgsd.astype(f32)[:, :, :, :, None] * k_bkcd.astype(f32)[:, :, None, None]).sum(
+            -1
+        )
     return jnp.einsum("bkgqd,bkcd->bkgqc", q_bkgsd, k_bkcd, preferred_element_type=jnp.float32)
 
 
-def _weighted_mm(p_bkgsc: jax.Array, v_bkcd: jax.Array) -> jax.Array:
-    return jnp.einsum(
-        "bkgqc,bkcd->bkgqd",
-        p_bkgsc.astype(v_bkcd.dtype),
-        v_bkcd,
-        preferred_element_type=jnp.float32,
-    )
-
-
-def _scores_one(q_bkgsd: jax.Array, k_bkcd: jax.Array) -> jax.Array:
-    """The einsum of :func:`_scores_mm` for one query per row (S = 1), as products summed
-    over D. There the einsum is a batch of matrix-vector products (B x Hkv of them, G rows
-    each) that XLA:CPU ran at ~2 GB/s of cache read (4 ms a layer at 128 rows and a
-    256-entry cache); the products and their sum fuse with the query's rotation. Measured
-    on the peer comparison's generation (128 rows, 64 + 128 tokens, 2 cores, the two
-    engines interleaved in one process, median of 5): 5.05 s with the einsums, 4.58 s."""
-    f32 = jnp.float32
-    return (q_bkgsd.astype(f32)[:, :, :, :, None, :] * k_bkcd.astype(f32)[:, :, None, None]).sum(-1)
-
-
-def _weighted_one(p_bkgsc: jax.Array, v_bkcd: jax.Array) -> jax.Array:
-    """:func:`_weighted_mm` for S = 1 as products summed over the keys (see
-    :func:`_scores_one`)."""
-    p = p_bkgsc.astype(v_bkcd.dtype).astype(jnp.float32)
-    return (p[..., None] * v_bkcd.astype(jnp.float32)[:, :, None, None]).sum(-2)
+def _weighted(p_bkgsc: jax.Array, v_bkcd: jax.Array) -> jax.Array:
+    """Float32 weighted values (B, Hkv, G, S, D); S = 1 as products summed over the keys
+    (see :func:`_scores`). The weights are rounded to the values' dtype either way."""
+    p = p_bkgsc.astype(v_bkcd.dtype)
+    if p.shape[3] == 1:
+        f32 = jnp.float32
+        return (p.astype(f32)[..., None] * v_bkcd.astype(f32)[:, :, None, None]).sum(-2)
+    return jnp.einsum("bkgqc,bkcd->bkgqd", p, v_bkcd, preferred_element_type=jnp.float32)
 
 
 def attend_cache(
@@ -101,11 +97,6 @@ def attend_cache(
     n_blocks = (n_keys + block - 1) // block
     sqrt_d = math.sqrt(d)
 
-    if s == 1:  # a decode step: products summed, read from the cache where it lies
-        scores, weighted = _scores_one, _weighted_one
-    else:
-        scores, weighted = _scores_mm, _weighted_mm
-
     def tile(x, j):
         start = (layer, 0, 0, j * block, 0)
         return lax.dynamic_slice(x, start, (1, b, hkv, block, d))[0]
@@ -113,14 +104,14 @@ def attend_cache(
     def step(j, carry):
         m, denom, acc = carry
         k, v = tile(k_cache, j), tile(v_cache, j)
-        sc = scores(q, k)
+        sc = _scores(q, k)
         vis = (j * block + jnp.arange(block))[None, None] <= q_pos_bs[:, :, None]  # (B, S, c)
         vis = vis[:, None, None]
         sc = jnp.where(vis, sc / sqrt_d, _MASKED)
         m_new = jnp.maximum(m, sc.max(-1))
         p = jnp.where(vis, jnp.exp(sc - m_new[..., None]), 0.0)
         alpha = jnp.exp(m - m_new)
-        pv = weighted(p, v)
+        pv = _weighted(p, v)
         return m_new, alpha * denom + p.sum(-1), alpha[..., None] * acc + pv
 
     g = h // hkv
