@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from rollout.browser_pool import Lease
     from rollout.env.core import Backend
     from rollout.net import Net
+    from rollout.records import Step
     from rollout.urls import UrlPolicy
     from shared.config import EnvConfig, RolloutConfig, RunConfig, SearchConfig
 
@@ -122,7 +123,11 @@ class EnvKind:
     ``rollout.eval --policy oracle``: ``oracle(task, web_url, rollout, *, noisy, seed)``
     returns an object whose ``next(observation_text) -> model text`` acts.
     ``intro`` / ``compact_intro`` open the system prompt's action list (defaults: the
-    dialect's)."""
+    dialect's). ``reached``, when given, names what one successful tool step reached
+    besides the page it landed on: keys compared (as URLs, by
+    :func:`~rollout.verifiers.citations.url_key`) with a task's ``evidence`` URLs by the
+    evidence process reward, for a kind whose steps read something other than pages
+    (the ``tools`` kind's lookups reach ``tools://figures/ISO/indicator``)."""
 
     name: str
     actions: tuple[ActionSpec, ...]
@@ -134,6 +139,7 @@ class EnvKind:
     intro: str | None = None
     compact_intro: str | None = None
     doc: str = ""
+    reached: Callable[[Step], Iterable[str]] | None = None
 
     def __post_init__(self) -> None:
         from rollout.actions import ActionSpec, Answer
@@ -162,6 +168,8 @@ class EnvKind:
         object.__setattr__(self, "actions", actions)
         if not callable(self.make_backend):
             raise RegistryError(f"environment kind {self.name!r}: make_backend is not callable")
+        if self.reached is not None and not callable(self.reached):
+            raise RegistryError(f"environment kind {self.name!r}: reached is not callable")
 
 
 @dataclass(frozen=True)

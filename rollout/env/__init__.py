@@ -158,6 +158,11 @@ def _register_tools() -> None:
     action table is imported here (the package imports this one)."""
     from rollout.tools import actions
 
+    def figures_read(step):
+        from rollout.tools.backend import figures_read as read
+
+        return read(step)
+
     def backend(ctx: BackendContext):
         from rollout.tools import make_backend
 
@@ -181,6 +186,7 @@ def _register_tools() -> None:
             browser=actions.NEEDS_BROWSER, opens_page=False, oracle=oracle,
             intro=actions.INTRO, compact_intro=actions.COMPACT_INTRO,
             doc="Tool calling over country figures: lookup, list_countries, calculate, answer.",
+            reached=figures_read,
         ),
     )  # fmt: skip
 

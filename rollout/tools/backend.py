@@ -17,6 +17,7 @@ import re
 from rollout.actions import Action
 from rollout.env.core import ToolError
 from rollout.env.observation import Observation
+from rollout.records import Step
 from rollout.tools.actions import Calculate, ListCountries, Lookup
 from rollout.tools.calculator import CalcError, evaluate, format_number
 from rollout.tools.data import INDICATOR_ALIASES, INDICATORS, Atlas, atlas, fold, plain
@@ -29,6 +30,13 @@ _CONTINENT = re.compile(r"\bcontinent\s{0,4}[:=]\s{0,4}", re.I)
 # Between the items of a list of countries: "A, B and C", "A; B", "A, and B"
 _LIST_SEP = re.compile(r"(\s*[,;]\s*(?:and\s+)?|\s+and\s+)", re.I)
 MAX_LOOKUP_COUNTRIES = 5  # countries one lookup reads
+FIGURES = "tools://figures"  # where figures "are": evidence keys, FIGURES/ISO/indicator
+
+
+def figure_url(iso: str, indicator: str) -> str:
+    """The evidence key of one figure, ``tools://figures/NO/labor_force``: what a task's
+    ``evidence`` names and a lookup that showed the figure reached (:func:`figures_read`)."""
+    return f"{FIGURES}/{iso}/{indicator}"
 
 
 class ToolBackend:
@@ -177,6 +185,27 @@ class ToolBackend:
             raise ToolError(f"calculate: {e}") from None
         shown = " ".join(expression.split())
         return Observation(f"{shown} = {format_number(value)}", summary=f"= {format_number(value)}")
+
+
+def figures_read(step: Step) -> list[str]:
+    """The figures a successful ``lookup`` step showed, as :func:`figure_url` keys (every
+    country of a list lookup; none for a country without the figure, or another tool):
+    the ``tools`` kind's ``reached`` (``rollout.registry.EnvKind``), which the evidence
+    process reward compares with a task's evidence."""
+    if step.action != "lookup" or step.error is not None:
+        return []
+    country, indicator = step.args.get("country"), step.args.get("indicator")
+    if not isinstance(country, str) or not isinstance(indicator, str):
+        return []
+    key = resolve_indicator(indicator)
+    if key is None:
+        return []
+    data = atlas()
+    try:
+        countries = ToolBackend(data=data).countries_named(country)
+    except ToolError:
+        return []
+    return [figure_url(c.iso, key) for c in countries if data.value(c, key) is not None]
 
 
 def resolve_indicator(text: str) -> str | None:

@@ -6,7 +6,9 @@ question asks (``round(a / b, -2)``), evaluated by the calculator, and carries a
 ``tolerance`` of half the rounding step (the ``qa`` verifier accepts a number
 within it). "Which of ...?" answers are a country's name, with no tolerance and a
 clear winner (5% ahead). Tasks use the harness's schema (``id, question, answer,
-aliases, type, hops, start_url, evidence, gold_path, template, subject``) plus
+aliases, type, hops, start_url, evidence, gold_path, template, subject``; the
+evidence is the figures the gold path reads, ``{"url": "tools://figures/NO/population",
+"quote": "5550203"}``, which the evidence process reward counts) plus
 ``mode: "tools"`` and what the oracle needs to answer from its observations:
 ``formula`` (the expression with ``{i}`` for the i-th lookup's value, its rounding included),
 ``decimals`` (the rounding), or ``pick`` (``highest`` / ``lowest``).
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from rollout.tasks.generate import SPLITS, split_of
+from rollout.tools.backend import figure_url
 from rollout.tools.calculator import evaluate
 from rollout.tools.data import INDICATORS, Atlas, atlas, fold, plain
 from rollout.web.data import Country
@@ -332,7 +335,10 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         "type": "qa",
         "hops": len(path) - (c.formula is not None),
         "start_url": START_URL,
-        "evidence": [],
+        "evidence": [  # the figures the gold path reads (rollout.verifiers.process)
+            {"url": figure_url(data.find(name).iso, ind), "quote": value}
+            for (name, ind), value in zip(c.lookups, values, strict=True)
+        ],
         "gold_path": path,
         "template": c.template,
         "subject": c.subject,

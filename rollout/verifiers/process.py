@@ -15,8 +15,11 @@ Sources:
 - ``evidence``: the fraction of the task's distinct evidence pages (``task["evidence"]``
   URLs, compared by :func:`~rollout.verifiers.citations.url_key`) that a step before
   the answer landed on or asked for without error (1-hop: 0 or 1). The start page is
-  given, not reached, and does not count. A task without evidence pages (the tools
-  domain) scores 0 with ``process_note`` saying so.
+  given, not reached, and does not count. An environment kind whose steps read
+  something other than pages names what a step reached (``EnvKind.reached``): the
+  ``tools`` kind's lookups reach the figures they showed, ``tools://figures/ISO/indicator``,
+  which its tasks' evidence lists. A task without evidence pages scores 0 with
+  ``process_note`` saying so.
 - ``prm``: a process reward model behind any OpenAI-compatible chat endpoint grades
   up to ``prm_max_steps`` steps (evenly spread, the last included), one request each,
   through the judge's client (:meth:`~rollout.verifiers.judge.Judge.ask`: its
@@ -36,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rollout.records import EpisodeRecord, Step
@@ -117,17 +120,27 @@ def evidence_pages(task: Mapping[str, Any]) -> list[str]:
 
 
 def pages_reached(record: EpisodeRecord) -> set[str]:
-    """Every page a tool step before the answer landed on or asked for, without error."""
+    """Every page a tool step before the answer landed on or asked for, without error,
+    and what the episode's environment kind says such a step reached besides
+    (``EnvKind.reached``: a tool lookup's figures)."""
     reached: set[str] = set()
+    extra = _reached_by(record.mode)
     for step in record.steps:
         if step.action == "answer":
             break
         if not step.ran_tool or step.error is not None:
             continue
-        for url in (step.url, step.args.get("url")):
+        urls = [step.url, step.args.get("url"), *(extra(step) if extra else ())]
+        for url in urls:
             if isinstance(url, str) and url:
                 reached.add(url_key(url))
     return reached
+
+
+def _reached_by(mode: str) -> Callable[[Step], Iterable[str]] | None:
+    from rollout.registry import envs  # the registry imports environments: not at import time
+
+    return envs.get(mode).reached if mode in envs else None
 
 
 def evidence_reached(task: Mapping[str, Any], record: EpisodeRecord) -> tuple[float, Parts]:
