@@ -87,8 +87,12 @@ def test_evidence_counts_the_figures_read_before_the_answer():
 async def test_the_environment_adds_the_tool_evidence_term():
     verifier = VerifierConfig(process=ProcessConfig("evidence", weight=0.3, cap=0.5))
     task = which_of_three()
-    (a, ind), (b, _) = [(s["args"]["country"], s["args"]["indicator"]) for s in task["gold_path"]][:2]
-    wrong = next(s["args"]["country"] for s in task["gold_path"] if s["args"]["country"] != task["answer"])
+    (a, ind), (b, _) = [(s["args"]["country"], s["args"]["indicator"]) for s in task["gold_path"]][
+        :2
+    ]
+    wrong = next(
+        s["args"]["country"] for s in task["gold_path"] if s["args"]["country"] != task["answer"]
+    )
 
     env = Environment("tools", make_backend(), UrlPolicy(allowed_hosts=()), verifier=verifier)
     await env.reset(task)
