@@ -312,7 +312,8 @@ def largest_in_group(data: Atlas, split: str) -> Iterator[ToolCandidate]:
 
 def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
     """The task dict, or None when the numeric answer falls outside the template's range."""
-    values = [plain(data.value(data.find(name), ind).number) for name, ind in c.lookups]
+    found = [(data.find(name), ind) for name, ind in c.lookups]
+    values = [plain(data.value(country, ind).number) for country, ind in found]
     path = []
     if c.list_filter is not None:
         path.append({"action": "list_countries", "args": {"filter": c.list_filter}})
@@ -336,8 +337,8 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         "hops": len(path) - (c.formula is not None),
         "start_url": START_URL,
         "evidence": [  # the figures the gold path reads (rollout.verifiers.process)
-            {"url": figure_url(data.find(name).iso, ind), "quote": value}
-            for (name, ind), value in zip(c.lookups, values, strict=True)
+            {"url": figure_url(country.iso, ind), "quote": value}
+            for (country, ind), value in zip(found, values, strict=True)
         ],
         "gold_path": path,
         "template": c.template,
