@@ -1,0 +1,8 @@
+"""The learner: JAX/Flax GRPO over a device mesh (see README).
+
+Importing it keeps freed host memory in the process for XLA:CPU's large per-run
+buffers (:mod:`learner.host_memory`; ``LEARNER_KEEP_FREED_MEMORY=0`` opts out)."""
+
+from learner.host_memory import keep_freed_memory
+
+keep_freed_memory()
