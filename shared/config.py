@@ -487,10 +487,12 @@ class LearnerConfig:
         "`dots_no_batch` saves the matmul outputs without batch dimensions (the weights' "
         "products) and recomputes the rest (MaxText's `minimal`).",
     )
-    scan_layers: bool = option(
-        True,
+    scan_layers: bool | Literal["auto"] = option(
+        "auto",
         "Run the decoder blocks under one lax.scan over the stacked layer parameters "
-        "(compile time flat in depth); false unrolls them (same numbers).",
+        "(compile time flat in depth); false unrolls them (same numbers); `auto` unrolls "
+        "a model of at most 8 blocks without remat (faster on XLA:CPU, compiles quickly) "
+        "and scans the rest.",
     )
     attention: Literal["auto", "dense", "blockwise", "cudnn"] = option(
         "auto",
@@ -763,6 +765,18 @@ def _coerce(key: str, hint: Any, f: dataclasses.Field, value: Any, source: str) 
 
     def fail(expected: str) -> ConfigError:
         return ConfigError(f"{source}: {key} = {value!r}: expected {expected}")
+
+    if origin in (
+        typing.Union,
+        types.UnionType,
+    ):  # e.g. bool | Literal["auto"]: the first that fits
+        expected = []
+        for member in args:
+            try:
+                return _coerce(key, member, f, value, source)
+            except ConfigError as e:
+                expected.append(str(e).rsplit(": expected ", 1)[-1])
+        raise fail(" or ".join(expected))
 
     if origin is Literal:
         if not isinstance(value, str) or value not in args:

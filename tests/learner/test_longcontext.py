@@ -62,8 +62,9 @@ MODELS = {
     "qwen3": dict(model_type="qwen3", qkv_bias=False, qk_norm=True, head_dim=24),
 }
 OPTIONS = {
-    "scan": dict(),
+    "scan": dict(scan_layers=True),
     "unrolled": dict(scan_layers=False),
+    "auto": dict(scan_layers="auto"),
     "remat_full": dict(remat="full"),
     "remat_dots": dict(remat="dots_no_batch"),
     "remat_full_unrolled": dict(remat="full", scan_layers=False),
@@ -163,6 +164,49 @@ def test_scan_and_unrolled_compile_one_block_vs_all():
         return text.count("dot_general")
 
     assert dots(hlo(False)) >= 5 * dots(hlo(True))
+
+
+def test_auto_unrolls_shallow_models_without_remat_and_scans_the_rest():
+    """``scan_layers = "auto"`` (the default): unrolled up to AUTO_UNROLL_LAYERS blocks when
+    nothing is rematerialised, the scan otherwise; the program shows which ran."""
+    tokens = jnp.zeros((1, 16), jnp.int32)
+
+    def dots(layers, **opts):
+        model = small_model(num_layers=layers)
+        f = jax.jit(lambda p: decoder.hidden(model.cfg, p, tokens, opts=Options(**opts))[0])
+        return f.lower(get_params(model)).as_text().count("dot_general")
+
+    n = decoder.AUTO_UNROLL_LAYERS
+    assert Options().scan_layers == "auto" and LearnerConfig().scan_layers == "auto"
+    assert dots(n) == dots(n, scan_layers=False) > dots(n, scan_layers=True)
+    assert dots(n + 1) == dots(n + 1, scan_layers=True) < dots(n + 1, scan_layers=False)
+    assert dots(2, remat="full") == dots(2, remat="full", scan_layers=True)
+    assert decoder.scans(Options(scan_layers=True), 1) and not decoder.scans(
+        Options(scan_layers=False), 99
+    )
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_swiglu_and_its_backward_are_those_of_the_formula(dtype):
+    """The MLP activation's own backward pass gives autodiff's gradients of silu(g) * u."""
+    rng = np.random.default_rng(0)
+    g, u, dy = (jnp.asarray(rng.normal(0, 3, (64, 48)), dtype) for _ in range(3))
+
+    def formula(g, u):
+        g32, u32 = g.astype(jnp.float32), u.astype(jnp.float32)
+        return (jax.nn.silu(g32) * u32).astype(u.dtype)
+
+    y, vjp = jax.vjp(decoder.swiglu, g, u)
+    y_ref, vjp_ref = jax.vjp(formula, g, u)
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(y_ref, np.float32))
+    tol = 1e-6 if dtype == jnp.float32 else 1e-2
+    for got, want in zip(vjp(dy), vjp_ref(dy), strict=True):
+        assert got.dtype == dtype
+        scale = float(jnp.abs(want.astype(jnp.float32)).max())
+        np.testing.assert_allclose(
+            np.asarray(got, np.float32), np.asarray(want, np.float32), atol=tol * scale, rtol=tol
+        )
 
 
 def _groups(seed: int = 0, n_groups: int = 3, g: int = 4):

@@ -250,7 +250,11 @@ def test_reference_logprobs_given_with_the_batch_replace_the_reference_forward()
     ]
     arrays = pack([TrajectoryGroup("g", "t", trajs)], rows=4, buckets=(32,)).arrays
     batch = {k: jnp.asarray(v) for k, v in arrays.items()}
-    cfg = LearnerConfig(kl_coef=0.5, warmup_steps=0, learning_rate=1e-2)
+    # The layer scan, as when this test was written: both programs then run one block body,
+    # so their float rounding agrees to the tolerance below. Unrolled, XLA fuses the two
+    # programs' blocks differently, and Adam's first step (g / (|g| + eps)) turns rounding
+    # in the smallest embedding gradients into differences of up to ~1e-5.
+    cfg = LearnerConfig(kl_coef=0.5, warmup_steps=0, learning_rate=1e-2, scan_layers=True)
     params = get_params(model)
     # the reference drifted from the policy: a KL term that matters
     ref = {k: v * 1.05 for k, v in params.items()}

@@ -94,6 +94,11 @@ def test_overrides_parse_toml_values_and_bare_words(tmp_path):
     assert c.search.url == "http://127.0.0.1:1/api"
     # Keys not overridden keep the file's values and the defaults.
     assert c.env.observation_chars == cfg.EnvConfig().observation_chars
+    # bool | Literal["auto"]: either member's values load as themselves
+    assert cfg.LearnerConfig().scan_layers == "auto"
+    assert cfg.load(None, ["learner.scan_layers=false"]).learner.scan_layers is False
+    assert cfg.load(None, ["learner.scan_layers=true"]).learner.scan_layers is True
+    assert cfg.load(None, ["learner.scan_layers=auto"]).learner.scan_layers == "auto"
 
 
 @pytest.mark.parametrize(
@@ -129,6 +134,15 @@ def test_overrides_parse_toml_values_and_bare_words(tmp_path):
         (["inference.observation_tokens=2000"], "inference.observation_tokens = 2000: expected"),
         (["env=api"], "expected section.key=value, e.g. env.mode=som"),
         (["env.mode"], "expected section.key=value"),
+        # a union (bool | Literal["auto"]) names what each member allows
+        (
+            ["learner.scan_layers=yes"],
+            "learner.scan_layers = 'yes': expected true or false or one of 'auto'",
+        ),
+        (
+            ["learner.scan_layers=1"],
+            "learner.scan_layers = 1: expected true or false or one of 'auto'",
+        ),
         (["a.b.c=1"], "expected section.key=value"),
     ],
 )
