@@ -63,9 +63,14 @@ def test_later_runs_do_not_fault_their_buffers_in_again():
     assert max(kept["faults"][-4:]) < min(default["faults"]) / 10, (kept, default)
 
 
-def test_the_setting_is_made_once_and_an_opt_out_is_honoured(monkeypatch):
-    first = host_memory.keep_freed_memory()  # already made when learner was imported
+def test_the_setting_is_opt_in_and_made_once(monkeypatch):
+    first = host_memory.keep_freed_memory()  # already decided when learner was imported
     assert host_memory.keep_freed_memory() is first and host_memory.applied() is first
     monkeypatch.setattr(host_memory, "_applied", None)
-    monkeypatch.setenv(host_memory.ENV, "off")
-    assert host_memory.keep_freed_memory() is False and not host_memory.applied()
+    for off in ("0", "off", ""):
+        monkeypatch.setenv(host_memory.ENV, off)
+        monkeypatch.setattr(host_memory, "_applied", None)
+        assert host_memory.keep_freed_memory() is False and not host_memory.applied()
+    monkeypatch.delenv(host_memory.ENV)
+    monkeypatch.setattr(host_memory, "_applied", None)
+    assert host_memory.keep_freed_memory() is False  # off unless asked for
