@@ -238,7 +238,7 @@ def scans(opts: Options, num_layers: int) -> bool:
     ``auto`` unrolled when the model has at most :data:`AUTO_UNROLL_LAYERS` blocks and
     nothing is rematerialised. At that depth the unrolled program compiles in seconds
     and runs faster on XLA:CPU (no stacking of each block's saved activations; the
-    GRPO step on Tunix's 4-block example shape 2.12 -> 1.81 s, README "Benchmarks");
+    GRPO step on Tunix's 4-block example shape 2.40 -> 2.13 s, README "Benchmarks");
     deeper, the scan keeps compile time flat, and with remat XLA:CPU's schedule of the
     unrolled blocks loses remat's saving (README, "Training")."""
     if opts.scan_layers == "auto":
