@@ -30,7 +30,7 @@ def f(x):
 x = jnp.ones((65536, 256), jnp.float32)
 f(x).block_until_ready()
 faults = []
-for _ in range(12):
+for _ in range(16):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     f(x).block_until_ready()
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -57,10 +57,13 @@ def test_later_runs_do_not_fault_their_buffers_in_again():
     kept, default = _child("1"), _child("0")
     assert kept["applied"] is True and default["applied"] is False
     # Without it every run maps its buffers afresh: one fault per 4 KiB page of them
-    # (64 MB is 16k pages). With it the heap grows over the first few runs (measured: it
-    # settled by the 4th-7th of 12) and from then on its pages are reused.
+    # (64 MB is 16k pages), and no run is spared. With it the heap still grows now and
+    # then (its blocks do not always fit the holes the last run left: measured, 1-10 of 16
+    # runs faulted ~50k pages, while 2 cores ran other work), but the other runs reuse its
+    # pages: at least a quarter of them is asked for here.
     assert min(default["faults"]) > 16_000, default
-    assert max(kept["faults"][-4:]) < min(default["faults"]) / 10, (kept, default)
+    spared = [n for n in kept["faults"] if n < min(default["faults"]) / 10]
+    assert len(spared) >= len(kept["faults"]) // 4, (kept, default)
 
 
 def test_the_setting_is_opt_in_and_made_once(monkeypatch):
