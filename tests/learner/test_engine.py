@@ -138,3 +138,16 @@ def test_weights_straight_from_a_train_state_reuse_the_compiled_programs():
     assert all(not v.is_deleted() for v in jax.tree.leaves(engine.state))
     model_params = jax.tree.leaves(nnx.state(model))
     assert all(not v.is_deleted() for v in model_params)  # new_state copied them
+
+
+def test_the_decode_tile_is_a_quarter_of_the_cache_within_bounds():
+    """A decode step's key tile follows the cache: a batch whose contexts fill part of
+    their bucket skips the tiles past them (learner.extend.decode_block)."""
+    from learner.extend import DECODE_BLOCK, DECODE_BLOCK_MIN, decode_block, key_block
+
+    assert [decode_block(n) for n in (32, 256, 512, 2048, 4096, 32768)] == [
+        64, 64, 128, 512, 1024, 1024,
+    ]  # fmt: skip
+    assert DECODE_BLOCK_MIN == 64 and DECODE_BLOCK == 1024
+    assert key_block(32, decode_block(32)) == 32  # never a tile longer than the cache
+    assert key_block(96, decode_block(96)) == 32  # a bucket that is no power of two
