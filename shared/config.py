@@ -766,10 +766,8 @@ def _coerce(key: str, hint: Any, f: dataclasses.Field, value: Any, source: str) 
     def fail(expected: str) -> ConfigError:
         return ConfigError(f"{source}: {key} = {value!r}: expected {expected}")
 
-    if origin in (
-        typing.Union,
-        types.UnionType,
-    ):  # e.g. bool | Literal["auto"]: the first that fits
+    # A union such as bool | Literal["auto"]: the first member the value fits.
+    if origin in (typing.Union, types.UnionType):
         expected = []
         for member in args:
             try:
