@@ -151,3 +151,47 @@ def test_the_decode_tile_is_a_quarter_of_the_cache_within_bounds():
     assert DECODE_BLOCK_MIN == 64 and DECODE_BLOCK == 1024
     assert key_block(32, decode_block(32)) == 32  # never a tile longer than the cache
     assert key_block(96, decode_block(96)) == 32  # a bucket that is no power of two
+
+
+def test_wide_batches_decode_without_ynn_fusions_and_as_the_default_program():
+    """From DECODE_WIDE_ROWS rows on, decode chunks run the program compiled without
+    XLA:CPU's YNNPACK fusions; it samples what the default one does (teacher-forced
+    logprobs, as the narrow batches' test above)."""
+    import jax
+    import jax.numpy as jnp
+
+    from learner import engine as engine_mod
+
+    opts = engine_mod.cpu_compiler_options(engine_mod.NO_YNN_FUSIONS)
+    if opts is None:
+        pytest.skip("not the CPU backend, or an XLA without the YNN fusion option")
+
+    def f(a, b):
+        return jnp.tanh(a @ b).sum(-1)
+
+    def ynn_fusions(**jit_kw):
+        text = jax.jit(f, **jit_kw).lower(jnp.ones((64, 128)), jnp.ones((128, 384))).compile()
+        return text.as_text().count('"kind":"__ynn_fusion"')
+
+    assert ynn_fusions() > 0  # the option matters here
+    assert ynn_fusions(compiler_options=opts) == 0
+
+    model = small_model()
+    rows = engine_mod.DECODE_WIDE_ROWS
+    engine = Engine(model, eos_ids=(2,), max_batch=rows, max_len=128, decode_chunk=4)
+    reqs = [
+        Request(
+            f"w{i}",
+            _prompt(5 + 3 * i, 50 + i),
+            SamplingParams(temperature=1.0, max_new_tokens=7, seed=i),
+        )
+        for i in range(rows)
+    ]
+    engine.generate(reqs)
+    assert engine._decode_wide._cache_size() > 0 and engine._decode._cache_size() == 0
+    for r in reqs:
+        ref = teacher_forced_logprobs(model, r.input_ids + r.output_ids, r.params.temperature)
+        np.testing.assert_allclose(r.output_logprobs, ref[len(r.input_ids) :], atol=1e-5, rtol=0)
+    narrow = [Request("n", _prompt(9, 1), SamplingParams(temperature=1.0, max_new_tokens=6))]
+    engine.generate(narrow)
+    assert engine._decode._cache_size() > 0
