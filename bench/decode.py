@@ -2,16 +2,18 @@
 without XLA:CPU's YNNPACK fusions, side by side, at several batch widths.
 
 The model is the tiny Qwen2 shape of the Tunix comparison (vocab 512, hidden 128, 4
-blocks, 4 heads / 2 KV heads, random weights). Each width runs ``--rows`` requests of
+blocks, 4 heads / 2 KV heads, random weights), or with ``--model tiny`` the project's
+tiny model (``learner.model = "tiny"``, random weights). Each width runs ``--rows`` requests of
 ``--prompt`` random tokens and ``--new`` new tokens (temperature 1, eos ignored) through
 three engines over the same model: decode chunks always with the default program,
 always without the fusions, and with the engine's rule (without them from
 ``DECODE_WIDE_ROWS`` rows on). Each engine generates once to compile; then the three
 take turns ``--repeats`` times and the medians are compared.
 
-    python bench/decode.py [--rows 1 8 32 128] [--prompt 64] [--new 128] [--repeats 4]
+    python bench/decode.py [--rows 1 8 32 128] [--prompt 64] [--new 128] [--repeats 4]\
+        [--model peer|tiny]
 
-Final line: {"bench": "decode", "wide_rows", "option_accepted", "rows": [{"rows",
+Final line: {"bench": "decode", "model", "wide_rows", "option_accepted", "rows": [{"rows",
 "default_s", "no_ynn_s", "engine_s", "no_ynn_ratio", "ratio", "wide"}]}: medians;
 ratio = engine / default (below 1: faster). ``option_accepted`` false: not the CPU
 backend, or an XLA without the option, and the programs are the same.
@@ -36,10 +38,12 @@ from flax import nnx  # noqa: E402
 from learner import engine as engine_mod  # noqa: E402
 from learner.engine import Engine, Request, SamplingParams  # noqa: E402
 from learner.model import Model  # noqa: E402
-from learner.modelconfig import ModelConfig  # noqa: E402
+from learner.modelconfig import ModelConfig, tiny_config  # noqa: E402
 
 
-def model() -> Model:
+def model(name: str) -> Model:
+    if name == "tiny":  # the project's tiny model (learner.model = "tiny")
+        return Model(tiny_config(), rngs=nnx.Rngs(0))
     cfg = ModelConfig(
         vocab_size=512, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
         num_kv_heads=2, head_dim=32, model_type="qwen2", max_position_embeddings=1024,
@@ -65,8 +69,8 @@ class WideProgram(Engine):
         return super()._decode_all(*args, **kw)
 
 
-def generate(engine: Engine, rows: int, prompt: int, new: int, rng) -> float:
-    prompts = rng.integers(2, 512, (rows, prompt))
+def generate(engine: Engine, rows: int, prompt: int, new: int, rng, vocab: int) -> float:
+    prompts = rng.integers(3, vocab, (rows, prompt))
     reqs = [
         Request(f"r{i}", prompts[i].tolist(),
                 SamplingParams(temperature=1.0, max_new_tokens=new, ignore_eos=True, seed=i))
@@ -85,8 +89,11 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--model", choices=("peer", "tiny"), default="peer",
+                    help="the Tunix comparison's shape, or the project's tiny model")  # fmt: skip
     args = ap.parse_args()
-    m = model()
+    m = model(args.model)
+    vocab = m.cfg.vocab_size
     accepted = engine_mod.cpu_compiler_options(engine_mod.NO_YNN_FUSIONS) is not None
     rng = np.random.default_rng(0)
     out = []
@@ -95,11 +102,11 @@ def main() -> int:
         engines = {"default": DefaultProgram(m, **kw), "no_ynn": WideProgram(m, **kw),
                    "engine": Engine(m, **kw)}  # fmt: skip
         for e in engines.values():
-            generate(e, rows, args.prompt, args.new, rng)  # compile
+            generate(e, rows, args.prompt, args.new, rng, vocab)  # compile
         times = {k: [] for k in engines}
         for _ in range(args.repeats):
             for k, e in engines.items():
-                times[k].append(generate(e, rows, args.prompt, args.new, rng))
+                times[k].append(generate(e, rows, args.prompt, args.new, rng, vocab))
         med = {k: statistics.median(v) for k, v in times.items()}
         d = med["default"]
         row = {"rows": rows, **{f"{k}_s": round(v, 4) for k, v in med.items()},
@@ -108,7 +115,7 @@ def main() -> int:
         print(f"{rows:4d} rows: default {d:.3f} s, without YNNPACK fusions {med['no_ynn']:.3f} s, "
               f"the engine's rule {med['engine']:.3f} s", flush=True)  # fmt: skip
         out.append(row)
-    print(json.dumps({"bench": "decode", "wide_rows": engine_mod.DECODE_WIDE_ROWS,
+    print(json.dumps({"bench": "decode", "model": args.model, "wide_rows": engine_mod.DECODE_WIDE_ROWS,
                       "option_accepted": accepted, "prompt": args.prompt,
                       "new": args.new, "rows": out}))  # fmt: skip
     return 0

@@ -398,15 +398,16 @@ def _extend(graphdef, state, pool, slots, starts, tokens, lengths, temp, top_p, 
 # XLA:CPU hands small matrix products and the decode attention's products summed over
 # the keys (learner.extend._scores) to YNNPACK fusions by default, and a YNNPACK fusion
 # cannot read a key tile inside the stacked cache, so each tile is copied out first;
-# without them XLA's own loops read the cache in place. bench/decode.py, the tiny Qwen2
-# shape of the Tunix comparison (64 + 128 tokens, 2 cores), medians side by side: 128
-# rows 1.43-1.46 -> 1.07-1.13 s, 32 rows 0.41-0.44 -> 0.355-0.36 s, 8 rows 0.97x, 1 row
-# 0.89x. But bench/serve.py (the project's tiny model over HTTP) decoded 8 concurrent
-# sequences ~20% slower without them (4,750 against 6,000-6,300 tokens/s; 1 and 32
-# within their spread), so only chunks of at least DECODE_WIDE_ROWS rows, where both
-# gain, compile without them. (The GRPO step measured the same either way.)
+# without them XLA's own loops read the cache in place. Which is faster depends on the
+# batch's width: bench/decode.py (64 + 128 tokens, 2 cores, medians side by side), the
+# Tunix comparison's Qwen2 shape: 128 rows 1.43-1.46 -> 1.07-1.13 s, 32 rows 0.41-0.44 ->
+# 0.355-0.36 s, 8 and 1 rows 3-11% faster; the project's tiny model (vocab 4096): 128 rows
+# 1.82 -> 1.61 s, 64 rows 0.995 -> 0.92 s, 32 rows 7% faster, but 16 rows 14-17% and 8
+# rows 24% slower (as bench/serve.py's 8 concurrent sequences over HTTP, ~20%). So a
+# decode chunk of at least DECODE_WIDE_ROWS rows compiles without them, where both models
+# gain. (The GRPO step measured the same either way.)
 NO_YNN_FUSIONS = (("xla_cpu_experimental_ynn_fusion_type", ""),)
-DECODE_WIDE_ROWS = 16
+DECODE_WIDE_ROWS = 32
 
 
 @functools.cache
