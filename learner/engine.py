@@ -243,7 +243,9 @@ class Engine:
             if r.params.max_new_tokens <= 0:  # scoring the prompt only
                 r.finish_reason = {"type": "length", "length": 0}
         self._record(reqs, np.asarray(tok)[None], np.asarray(lp)[None])
-        pos, t = jnp.asarray(lengths, jnp.int32), 1
+        # placed as the decode program's outputs are (committed to tok's device): an
+        # uncommitted first ``pos`` made the first chunk compile a program of its own
+        pos, t = jax.device_put(np.asarray(lengths, np.int32), tok.sharding), 1
         decode = self._decode_wide if tok.shape[0] >= DECODE_WIDE_ROWS else self._decode
         while any(r.finish_reason is None for r in reqs):
             self._wait_if_paused(reqs)

@@ -195,3 +195,16 @@ def test_wide_batches_decode_without_ynn_fusions_and_as_the_default_program():
     narrow = [Request("n", _prompt(9, 1), SamplingParams(temperature=1.0, max_new_tokens=6))]
     engine.generate(narrow)
     assert engine._decode._cache_size() > 0
+
+
+def test_one_decode_program_per_batch_shape():
+    """Every decode chunk of a batch, the first included, takes the same compiled program
+    (the first chunk's positions are placed as the later chunks' are)."""
+    engine = Engine(small_model(), eos_ids=(2,), max_batch=4, max_len=128, decode_chunk=4)
+    reqs = [
+        Request(f"c{i}", _prompt(9, 60 + i), SamplingParams(temperature=1.0, max_new_tokens=13))
+        for i in range(2)
+    ]
+    engine.generate(reqs)  # 1 token from prefill, then 3 chunks of 4
+    assert all(len(r.output_ids) == 13 for r in reqs)
+    assert engine._decode._cache_size() == 1
