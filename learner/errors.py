@@ -3,3 +3,7 @@
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint could not be written; training stopped at the last committed one."""
+
+
+class RunConfigError(ValueError):
+    """The run config asks for what the run cannot give (found before it spends anything)."""

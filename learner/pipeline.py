@@ -196,6 +196,26 @@ def run_eval(
     return json.loads(out.strip().splitlines()[-1])
 
 
+def check_test_tasks(cfg: RunConfig, cfg_args: list[str], web: str) -> None:
+    """Fail now, not after the warm start, when the test split cannot give
+    ``learner.test_tasks`` tasks (``rollout.eval --check-tasks``: the evaluation's own
+    task loading; no episode runs)."""
+    from learner.errors import RunConfigError
+
+    cmd = [
+        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", cfg.env.mode,
+        "--split", "test", "--n", str(cfg.learner.test_tasks), "--check-tasks",
+        "--set", f"web.url={web}",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        msg = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        raise RunConfigError(
+            f"learner.test_tasks = {cfg.learner.test_tasks}: {msg} (lower learner.test_tasks, "
+            "or 0 for no test evaluation)"
+        )
+
+
 def run_with_progress(
     cmd: list[str], phase: str, total: int, unit: str, log_file: Path, timeout: float
 ) -> str:

@@ -84,6 +84,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     from learner.embedded import Children, start_embedded, start_inference, start_sidecar
     from learner.loop import Trainer
     from learner.pipeline import (
+        check_test_tasks,
         control_sft,
         evaluate_test,
         grpo_minutes_of,
@@ -118,6 +119,8 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             if embedded:
                 if not web:  # web.url names a running local web, else start one
                     web = start_web(children, cfg_args, run_dir)
+                if primary and cfg.learner.test_tasks > 0 and not tested_before(run_dir):
+                    check_test_tasks(cfg, cfg_args, web)  # before the warm start's minutes
                 if cfg.sft.demos and not cfg.learner.init_checkpoint:
                     # (a resumed run reuses the committed SFT checkpoint: its KL reference)
                     root = warm_start(cfg, cfg_args, run_dir, web, children)
@@ -304,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile or args.max_length:
         parser.error("--compile and --max-length go with --dry-run")
     _raise_on_sigterm()
-    from learner.errors import CheckpointSaveError
+    from learner.errors import CheckpointSaveError, RunConfigError
 
     try:
         return train(cfg, args)
@@ -314,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as e:
         print(f"learner.train: stopped: {e}", file=sys.stderr)
         return 1
+    except RunConfigError as e:
+        print(f"learner.train: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

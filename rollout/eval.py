@@ -17,7 +17,10 @@ response the episodes get to a WARC archive (``OUT/archive`` or ``--archive-dir`
 local web need not run: ``--set web.url=...`` names where it was). ``--tasks FILE``
 runs tasks from a JSONL file of the same schema instead (``rollout.task_source =
 "file"``; their URLs must be allowed: extend ``env.allowed_hosts``). The local web is
-started as a child process unless ``web.url`` names a running one.
+started as a child process unless ``web.url`` names a running one. ``--check-tasks``
+runs no episode: it loads the ``--n`` tasks of ``--split`` as an evaluation would and
+prints ``{"split", "asked", "tasks"}``, or fails (exit status 2) with the task source's
+message; ``learner.train`` checks its test split this way before it spends its SFT.
 """
 
 from __future__ import annotations
@@ -98,6 +101,16 @@ def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[d
     source = task_sources.get(cfg.rollout.task_source)
     tasks = list(source(TaskRequest(cfg, web_url, args.split, args.n, args.seed)))
     return tasks[: args.n]
+
+
+async def count_tasks(cfg: RunConfig, args: argparse.Namespace) -> int:
+    """How many of the ``args.n`` tasks :func:`evaluate` would run (no episode runs)."""
+    web_url, web = await web_for(cfg.web.cache_dir, cfg.web.url)
+    try:
+        return len(load_tasks(cfg, args, web_url))
+    finally:
+        if web is not None:
+            await web.stop()
 
 
 async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
@@ -187,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--archive-dir", help="the archive (env.archive_dir; default OUT/archive)")
     p.add_argument(
+        "--check-tasks", action="store_true",
+        help="run no episode: load the --n tasks of --split from the task source, print "
+        'their count ({"split", "asked", "tasks"}) and exit; exit status 2 with the '
+        "source's message when it cannot give them",
+    )  # fmt: skip
+    p.add_argument(
         "--archive-fallback", choices=("none", "live"),
         help="in replay, what is not archived: an error observation, or fetched and recorded",
     )  # fmt: skip
@@ -213,6 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, policy=policy))
     if args.n < 1 or args.parallel < 1:
         p.error("--n and --parallel must be at least 1")
+    if args.check_tasks:
+        try:
+            n = asyncio.run(count_tasks(cfg, args))
+        except ValueError as e:  # what the task source says it cannot give
+            p.error(f"{args.split} tasks of task source {cfg.rollout.task_source!r}: {e}")
+        print(json.dumps({"split": args.split, "asked": args.n, "tasks": n}))
+        return 0
     if policy == "oracle" and envs.get(args.mode).oracle is None:
         p.error(f"environment kind {args.mode!r} has no scripted oracle; use --policy server")
     result = asyncio.run(evaluate(cfg, args))
