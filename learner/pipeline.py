@@ -196,24 +196,32 @@ def run_eval(
     return json.loads(out.strip().splitlines()[-1])
 
 
-def check_test_tasks(cfg: RunConfig, cfg_args: list[str], web: str) -> None:
+def check_test_tasks(cfg: RunConfig, cfg_args: list[str], web: str) -> int:
     """Fail now, not after the warm start, when the test split cannot give
     ``learner.test_tasks`` tasks (``rollout.eval --check-tasks``: the evaluation's own
-    task loading; no episode runs)."""
+    task loading; no episode runs). A source that gives fewer without complaint (a
+    tasks file) is warned about. Returns the number the test evaluations will run."""
     from learner.errors import RunConfigError
 
+    asked = cfg.learner.test_tasks
     cmd = [
         sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", cfg.env.mode,
-        "--split", "test", "--n", str(cfg.learner.test_tasks), "--check-tasks",
-        "--set", f"web.url={web}",
+        "--split", "test", "--n", str(asked), "--check-tasks", "--set", f"web.url={web}",
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         msg = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
         raise RunConfigError(
-            f"learner.test_tasks = {cfg.learner.test_tasks}: {msg} (lower learner.test_tasks, "
-            "or 0 for no test evaluation)"
+            f"learner.test_tasks = {asked}: {msg} (lower learner.test_tasks, or 0 for no "
+            "test evaluation)"
         )
+    found = int(json.loads(out.stdout.strip().splitlines()[-1])["tasks"])
+    if found < asked:
+        log.warning(
+            "learner.test_tasks = %d, but the test split gives %d: the test evaluations "
+            "run %d tasks each", asked, found, found,
+        )  # fmt: skip
+    return found
 
 
 def run_with_progress(

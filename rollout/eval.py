@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_tasks:
         try:
             n = asyncio.run(count_tasks(cfg, args))
-        except ValueError as e:  # what the task source says it cannot give
+        except (ValueError, OSError) as e:  # what the source cannot give or read
             p.error(f"{args.split} tasks of task source {cfg.rollout.task_source!r}: {e}")
         print(json.dumps({"split": args.split, "asked": args.n, "tasks": n}))
         return 0

@@ -70,3 +70,40 @@ def test_a_run_asking_more_test_tasks_than_exist_stops_before_its_warm_start(tmp
     assert "asked 100000" in last and "Traceback" not in out.stderr
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.name != "latest"]
     assert not (run / "sft").exists() and not (run / "demos").exists()
+
+
+FILE_CONFIG = """\
+[env]
+kind = "tools"
+
+[rollout]
+task_source = "file"
+tasks_file = "{tasks}"
+
+[learner]
+test_tasks = 5
+"""
+
+
+def test_a_tasks_file_with_fewer_tasks_is_warned_about_and_a_missing_one_stops(tmp_path, caplog):
+    from learner.pipeline import check_test_tasks
+    from rollout.tools import generate_tasks
+    from shared.config import load
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in generate_tasks("test", 3, 0)))
+    config = tmp_path / "file.toml"
+    config.write_text(FILE_CONFIG.format(tasks=tasks))
+    with caplog.at_level("WARNING", logger="learner.train"):
+        found = check_test_tasks(load(config), ["--config", str(config)], "http://127.0.0.1:9")
+    assert found == 3
+    assert "learner.test_tasks = 5, but the test split gives 3" in caplog.text
+
+    out = subprocess.run(
+        [sys.executable, "-m", "rollout.eval", "--config", str(config), "--n", "5",
+         "--check-tasks", "--tasks", str(tmp_path / "missing.jsonl"),
+         "--set", "web.url=http://127.0.0.1:9"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "task source 'file'" in out.stderr and "missing.jsonl" in out.stderr
