@@ -171,6 +171,17 @@ def control_sft(cfg: RunConfig, run_dir: Path, grpo_minutes: float) -> tuple[Pat
 # ----------------------------------------------------------------------------- evaluation
 
 
+def eval_command(
+    cfg_args: list[str], mode: str, split: str, n: int, web: str, *more: str
+) -> list[str]:
+    """``python -m rollout.eval`` on ``n`` tasks of ``split`` of the run's config, against the
+    local web at ``web``; ``more`` arguments after."""
+    return [
+        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", mode, "--split", split,
+        "--n", str(n), "--set", f"web.url={web}", *more,
+    ]  # fmt: skip
+
+
 def run_eval(
     cfg_args: list[str],
     mode: str,
@@ -184,12 +195,10 @@ def run_eval(
     """``python -m rollout.eval --policy server`` in a child process (the same harness and
     sampling as training, against the running inference servers); its final JSON line."""
     urls = "[" + ",".join(f'"{u}"' for u in inference) + "]"
-    cmd = [
-        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", mode,
-        "--policy", "server", "--split", split, "--n", str(n),
-        "--set", f"web.url={web}", "--set", f"inference.urls={urls}",
+    cmd = eval_command(
+        cfg_args, mode, split, n, web, "--policy", "server", "--set", f"inference.urls={urls}",
         *(a for s in sets for a in ("--set", s)), "--out", str(out_dir),
-    ]  # fmt: skip
+    )  # fmt: skip
     name = out_dir.name if out_dir.name.startswith(split) else f"{split}-step-{out_dir.name}"
     log_file = out_dir.parent.parent / "logs" / f"eval-{name}.log"
     out = run_with_progress(cmd, f"eval {name}", n, "episodes", log_file, timeout=3600)
@@ -204,10 +213,7 @@ def check_test_tasks(cfg: RunConfig, cfg_args: list[str], web: str) -> int:
     from learner.errors import RunConfigError
 
     asked = cfg.learner.test_tasks
-    cmd = [
-        sys.executable, "-m", "rollout.eval", *cfg_args, "--mode", cfg.env.mode,
-        "--split", "test", "--n", str(asked), "--check-tasks", "--set", f"web.url={web}",
-    ]  # fmt: skip
+    cmd = eval_command(cfg_args, cfg.env.mode, "test", asked, web, "--check-tasks")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         msg = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]

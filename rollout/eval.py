@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -103,25 +104,28 @@ def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[d
     return tasks[: args.n]
 
 
-async def count_tasks(cfg: RunConfig, args: argparse.Namespace) -> int:
-    """How many of the ``args.n`` tasks :func:`evaluate` would run (no episode runs)."""
+@contextlib.asynccontextmanager
+async def local_web(cfg: RunConfig):
+    """The local web's URL: ``web.url``, or a child started here and stopped on leaving."""
     web_url, web = await web_for(cfg.web.cache_dir, cfg.web.url)
     try:
-        return len(load_tasks(cfg, args, web_url))
+        yield web_url
     finally:
         if web is not None:
             await web.stop()
+
+
+async def count_tasks(cfg: RunConfig, args: argparse.Namespace) -> int:
+    """How many of the ``args.n`` tasks :func:`evaluate` would run (no episode runs)."""
+    async with local_web(cfg) as web_url:
+        return len(load_tasks(cfg, args, web_url))
 
 
 async def evaluate(cfg: RunConfig, args: argparse.Namespace) -> dict:
-    web_url, web = await web_for(cfg.web.cache_dir, cfg.web.url)
-    try:
+    async with local_web(cfg) as web_url:
         tasks = load_tasks(cfg, args, web_url)
         async with browsers_for(args.mode, web_url, cfg.env, cfg.rollout) as pool:
             return await run_all(cfg, args, tasks, web_url, pool)
-    finally:
-        if web is not None:
-            await web.stop()
 
 
 async def run_all(cfg: RunConfig, args, tasks: list[dict], web_url: str, pool) -> dict:
