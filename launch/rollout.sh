@@ -63,14 +63,22 @@ EOF
 if [[ -n ${DRY_RUN:-} ]]; then printf '%s\n' "${CMDS[@]}"; exit 0; fi
 
 pids=()
+filters=()
 signalled=0
 stop_all() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 }
 trap 'signalled=1; stop_all' TERM INT
+fifos=$(mktemp -d)
+trap 'rm -rf "$fifos"' EXIT
 for i in "${!CMDS[@]}"; do
+  # each sidecar's output goes through a filter of this script's own (a FIFO, not a
+  # process substitution, which would be the sidecar's child and outlive this script)
+  mkfifo "$fifos/$i"
+  sed -u "s/^/[sidecar-$i] /" < "$fifos/$i" &
+  filters+=("$!")
   # exec: the background job *is* the sidecar, so $! is its pid
-  eval "exec ${CMDS[$i]}" > >(sed -u "s/^/[sidecar-$i] /") 2>&1 &
+  eval "exec ${CMDS[$i]}" > "$fifos/$i" 2>&1 &
   pids+=("$!")
 done
 set +e
@@ -78,5 +86,6 @@ wait -n "${pids[@]}"  # the first sidecar to exit, or a signal
 rc=$?
 stop_all
 for p in "${pids[@]}"; do wait "$p"; done
+for p in "${filters[@]}"; do wait "$p"; done  # each ends when its sidecar's output does
 if (( signalled )); then rc=0; fi  # stopped by SIGTERM/SIGINT: a clean stop
 exit "$rc"
