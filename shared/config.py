@@ -267,14 +267,19 @@ class RolloutConfig:
         "the episode's advantage.",
     )
     oracle_noise: float = option(
-        0.35, "Probability that each decision of the noisy_oracle policy is a mistake.", ge=0, le=1
+        0.35,
+        "Probability that each decision of the noisy_oracle policy is a mistake (in the "
+        "tools kind: each lookup reads another indicator than the plan's).",
+        ge=0,
+        le=1,
     )
     oracle_premature: float = option(
         0.0,
         "Probability that a noisy_oracle episode stops one hop short: once the first "
         "evidence is in view and the last is not, it answers with the entity that evidence "
         "leads to (the bridge: 'Greece' for the capital of the country an airport is in), "
-        "as an agent that does not check would. Drawn once per episode; 0 never.",
+        "as an agent that does not check would (in the tools kind: the country an "
+        "airport() step named). Drawn once per episode; 0 never.",
         ge=0,
         le=1,
     )

@@ -168,16 +168,16 @@ def _register_tools() -> None:
 
         return make_backend(ctx.env.observation_chars)
 
-    def oracle(task, _web_url=None, rollout=None, **_kwargs):  # no mistakes to inject
+    def oracle(task, _web_url=None, rollout=None, *, noisy=False, seed=0, **_kwargs):
         from rollout.tools import make_oracle
 
         if rollout is None:
             return make_oracle(task)
-        return make_oracle(
-            task,
-            spaced_names=rollout.oracle_spaced_names,
-            batched=rollout.oracle_batched_lookups,
-        )
+        how = {"spaced_names": rollout.oracle_spaced_names}
+        how["batched"] = rollout.oracle_batched_lookups
+        if noisy:  # the noisy oracle's habits: wrong indicators, one hop short
+            how.update(noise=rollout.oracle_noise, premature=rollout.oracle_premature, seed=seed)
+        return make_oracle(task, **how)
 
     envs.register(
         actions.KIND,
@@ -185,7 +185,7 @@ def _register_tools() -> None:
             actions.KIND, tuple(actions.table()), backend, dialect=actions.DIALECT,
             browser=actions.NEEDS_BROWSER, opens_page=False, oracle=oracle,
             intro=actions.INTRO, compact_intro=actions.COMPACT_INTRO,
-            doc="Tool calling over country figures: lookup, list_countries, calculate, answer.",
+            doc="Tool calling over country figures: lookup, list_countries, airport, calculate, answer.",
             reached=figures_read,
         ),
     )  # fmt: skip

@@ -37,6 +37,14 @@ class ListCountries(Action):
 
 
 @dataclass(frozen=True)
+class Airport(Action):
+    """Read an airport by its IATA code: its name, city and country."""
+
+    name: ClassVar[str] = "airport"
+    code: str
+
+
+@dataclass(frozen=True)
 class Calculate(Action):
     """Evaluate an arithmetic expression."""
 
@@ -84,6 +92,13 @@ def table() -> tuple[ActionSpec, ...]:
             "List the countries that match a filter.",
             'list_countries("South America")',
             ListCountries("South America"),
+        ),
+        ActionSpec(
+            Airport,
+            (Param("code", "text", "a three-letter IATA code, e.g. CDG"),),
+            "Read an airport: its name, city and country.",
+            'airport("CDG")',
+            Airport("CDG"),
         ),
         ActionSpec(
             Calculate,

@@ -18,7 +18,7 @@ from rollout.actions import Action
 from rollout.env.core import ToolError
 from rollout.env.observation import Observation
 from rollout.records import Step
-from rollout.tools.actions import Calculate, ListCountries, Lookup
+from rollout.tools.actions import Airport, Calculate, ListCountries, Lookup
 from rollout.tools.calculator import CalcError, evaluate, format_number
 from rollout.tools.data import INDICATOR_ALIASES, INDICATORS, Atlas, atlas, fold, plain
 from rollout.web.data import Country
@@ -31,12 +31,19 @@ _CONTINENT = re.compile(r"\bcontinent\s{0,4}[:=]\s{0,4}", re.I)
 _LIST_SEP = re.compile(r"(\s*[,;]\s*(?:and\s+)?|\s+and\s+)", re.I)
 MAX_LOOKUP_COUNTRIES = 5  # countries one lookup reads
 FIGURES = "tools://figures"  # where figures "are": evidence keys, FIGURES/ISO/indicator
+AIRPORTS = "tools://airports"  # an airport's evidence key: AIRPORTS/IATA
+_IATA = re.compile(r"[A-Za-z0-9]{3}")
 
 
 def figure_url(iso: str, indicator: str) -> str:
     """The evidence key of one figure, ``tools://figures/NO/labor_force``: what a task's
     ``evidence`` names and a lookup that showed the figure reached (:func:`figures_read`)."""
     return f"{FIGURES}/{iso}/{indicator}"
+
+
+def airport_url(iata: str) -> str:
+    """The evidence key of one airport's record, ``tools://airports/CDG``."""
+    return f"{AIRPORTS}/{iata.upper()}"
 
 
 class ToolBackend:
@@ -63,11 +70,13 @@ class ToolBackend:
                 return self.lookup(country, indicator)
             case ListCountries(filter=text):
                 return self.list_countries(text)
+            case Airport(code=code):
+                return self.airport(code)
             case Calculate(expression=expression):
                 return self.calculate(expression)
         raise ToolError(
             f"{action.name} is not one of the tools; use lookup, list_countries, "
-            "calculate or answer"
+            "airport, calculate or answer"
         )
 
     async def recover(self) -> None:
@@ -178,6 +187,31 @@ class ToolBackend:
             )
         return Observation(body, summary=f"{len(names)} countries")
 
+    def airport(self, code: str) -> Observation:
+        """``FAG: Fagurholsmyri Airport, Fagurholsmyri, country: Iceland``: an airport of
+        AirportDB by IATA code, with the country a ``lookup`` takes by that name."""
+        found = self.find_airport(code)
+        country = self.data.world.countries.get(found.country)
+        where = self.data.name(country) if country is not None else found.country
+        city = f", {found.city_name}" if found.city_name else ""
+        return Observation(
+            f"{found.iata}: {found.name}{city}, country: {where}",
+            summary=f"{found.iata} in {where}",
+        )
+
+    def find_airport(self, code: str):
+        """The AirportDB airport of an IATA code (case and surrounding space ignored).
+
+        Raises ToolError for anything else, saying what a code looks like."""
+        key = code.strip().strip(".").upper()
+        found = self.data.world.airports.get(key) if _IATA.fullmatch(key) else None
+        if found is None:
+            raise ToolError(
+                f"Unknown airport code {code[:40]!r}. airport() takes a three-letter IATA "
+                'code, e.g. airport("CDG").'
+            )
+        return found
+
     def calculate(self, expression: str) -> Observation:
         try:
             value = evaluate(expression)
@@ -189,9 +223,16 @@ class ToolBackend:
 
 def figures_read(step: Step) -> list[str]:
     """The figures a successful ``lookup`` step showed, as :func:`figure_url` keys (every
-    country of a list lookup; none for a country without the figure, or another tool):
-    the ``tools`` kind's ``reached`` (``rollout.registry.EnvKind``), which the evidence
-    process reward compares with a task's evidence."""
+    country of a list lookup; none for a country without the figure, or another tool),
+    and the airport an ``airport`` step showed (:func:`airport_url`): the ``tools`` kind's
+    ``reached`` (``rollout.registry.EnvKind``), which the evidence process reward compares
+    with a task's evidence."""
+    if step.action == "airport" and step.error is None:
+        code = step.args.get("code")
+        try:
+            return [airport_url(ToolBackend(data=atlas()).find_airport(code).iata)]
+        except (ToolError, AttributeError):
+            return []
     if step.action != "lookup" or step.error is not None:
         return []
     country, indicator = step.args.get("country"), step.args.get("indicator")
@@ -251,5 +292,6 @@ def welcome() -> str:
         "Tools ready (no browser). lookup(country, indicator) reads one figure; "
         f"indicators: {indicator_list()}. "
         f"list_countries(filter) lists country names; continents: {continent_list()}. "
+        "airport(code) reads an airport's city and country. "
         "calculate(expression) does exact arithmetic."
     )

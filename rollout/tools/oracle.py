@@ -27,14 +27,16 @@ starts ("Bolivia" after the question's second comma).
 from __future__ import annotations
 
 import json
+import random
 import re
 
-from rollout.tools.data import fold
+from rollout.tools.data import INDICATORS, fold
 
 GIVE_UP = "unknown"
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 _LOOKED_UP = re.compile(rf"^(.{{1,80}}?): (\w{{1,40}}) = ({_NUMBER}) ", re.M)
 _RESULT = re.compile(rf" = ({_NUMBER})\s*$")
+_AIRPORT = re.compile(r"^[A-Z0-9]{3}: .*, country: (.{1,80})$", re.M)
 
 
 def call(name: str, *args: object) -> str:
@@ -56,6 +58,8 @@ class ToolOracle:
         self.lookups = [s["args"] for s in task["gold_path"] if s["action"] == "lookup"]
         self.values: dict[tuple[str, str], str] = {}  # (folded country, indicator) -> number
         self.result: str | None = None  # the last calculate result
+        self.last_value: str | None = None  # the last figure a lookup showed
+        self.bridge: str | None = None  # the country the last airport() named
         self.answering = False
 
     def next(self, observation: str) -> str:
@@ -72,6 +76,8 @@ class ToolOracle:
                 return call("lookup", self._name(_listed(names)), args["indicator"])
             if step["action"] == "list_countries":
                 return call("list_countries", args["filter"])
+            if step["action"] == "airport":
+                return call("airport", self._name(args["code"]))
             if step["action"] == "calculate":
                 expression = self._expression()
                 if expression is not None:
@@ -97,6 +103,9 @@ class ToolOracle:
     def _read(self, observation: str) -> None:
         for m in _LOOKED_UP.finditer(observation):
             self.values[(fold(m.group(1)), m.group(2))] = m.group(3)
+            self.last_value = m.group(3)
+        for m in _AIRPORT.finditer(observation):
+            self.bridge = m.group(1).strip()
         first = observation.strip().splitlines()[:1]
         if first and not first[0].startswith("Error:"):
             m = _RESULT.search(first[0])
@@ -117,8 +126,39 @@ class ToolOracle:
             if self.result is None:
                 return GIVE_UP
             return self.result
+        if not self.task.get("pick"):  # the answer is the figure looked up last
+            return GIVE_UP if self.last_value is None else self._name(self.last_value)
         read = [(self._value(a), a["country"]) for a in self.lookups]
         if not read or any(v is None for v, _ in read):
             return GIVE_UP
         sign = 1 if self.task.get("pick", "highest") == "highest" else -1
         return max(read, key=lambda vc: sign * float(vc[0]))[1]
+
+
+class NoisyToolOracle(ToolOracle):
+    """The tool oracle with an imperfect agent's habits, for demonstrations with mistakes
+    in them (``rollout.policy = "noisy_oracle"``, as the web modes' noisy oracle): each
+    lookup reads another indicator than the plan's with probability ``p`` (and the episode
+    answers from what it read), and with probability ``premature`` an episode whose first
+    hop is ``airport()`` stops there and answers with the airport's country."""
+
+    def __init__(
+        self, task: dict, *, p: float = 0.35, premature: float = 0.0, seed: int = 0, **how
+    ):
+        super().__init__(task, **how)
+        self.p = p
+        self.rng = random.Random(seed)
+        # drawn from a stream of its own, as the web modes' noisy oracle does
+        self.premature = bool(premature) and random.Random(f"premature-{seed}").random() < premature
+
+    def next(self, observation: str) -> str:
+        if self.premature and self.plan and self.plan[0]["action"] != "airport":
+            self._read(observation)
+            if self.bridge is not None:
+                self.plan, self.answering = [], True
+                return call("answer", self._name(self.bridge))
+        if self.plan and self.plan[0]["action"] == "lookup" and self.rng.random() < self.p:
+            args = self.plan[0]["args"]
+            wrong = self.rng.choice(sorted(set(INDICATORS) - {args["indicator"]}))
+            self.plan[0] = {"action": "lookup", "args": {**args, "indicator": wrong}}
+        return super().next(observation)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from rollout.tasks.generate import SPLITS, split_of
-from rollout.tools.backend import figure_url
+from rollout.tools.backend import airport_url, figure_url
 from rollout.tools.calculator import evaluate
 from rollout.tools.data import INDICATORS, Atlas, atlas, fold, plain
 from rollout.web.data import Country
@@ -52,6 +52,7 @@ class ToolCandidate:
     pick: str | None = None  # "highest" | "lowest": the answer is a country's name
     answer: str = ""
     list_filter: str | None = None  # a list_countries step before the lookups
+    airport: str | None = None  # an airport(code) step before the lookups (the first hop)
     min_abs: float = 0.0  # smallest |answer| asked (keeps tolerances small)
     max_abs: float = float("inf")
     aliases: list[str] = field(default_factory=list)
@@ -307,6 +308,29 @@ def largest_in_group(data: Atlas, split: str) -> Iterator[ToolCandidate]:
             )  # fmt: skip
 
 
+AIRPORTS_PER_COUNTRY = 10  # airports of one country that the airport_figure template asks about
+
+
+@template
+def airport_figure(data: Atlas, split: str) -> Iterator[ToolCandidate]:
+    """Two hops and a copy: ``airport(code)`` names the country, ``lookup`` reads a small
+    count of it (airports, cities), the answer is that figure."""
+    for ind in ("airports", "cities"):
+        label = INDICATORS[ind].label
+        for c in _by_split(split):
+            if not _usable(data, c, ind) or data.value(c, ind).number < 1:
+                continue
+            codes = sorted(code for code in c.airports if code.isalpha() and code.isupper())
+            rng = random.Random(f"airport|{ind}|{c.iso}")
+            for code in sorted(rng.sample(codes, min(AIRPORTS_PER_COUNTRY, len(codes)))):
+                yield ToolCandidate(
+                    "tools_airport_figure", f"country:{c.iso}|{ind}|{code}",
+                    f"What is the {label} of the country of the airport with IATA code "
+                    f"{code}?",
+                    [(data.name(c), ind)], airport=code,
+                )  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- tasks
 
 
@@ -315,6 +339,8 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
     found = [(data.find(name), ind) for name, ind in c.lookups]
     values = [plain(data.value(country, ind).number) for country, ind in found]
     path = []
+    if c.airport is not None:
+        path.append({"action": "airport", "args": {"code": c.airport}})
     if c.list_filter is not None:
         path.append({"action": "list_countries", "args": {"filter": c.list_filter}})
     path += [{"action": "lookup", "args": {"country": n, "indicator": i}} for n, i in c.lookups]
@@ -327,6 +353,9 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         if not c.min_abs <= abs(value) <= c.max_abs:
             return None
         answer, tol = format_answer(value, c.decimals), tolerance(value, c.decimals)
+    elif c.pick is None:  # the answer is the last figure looked up, as it is
+        value = float(values[-1])
+        answer, tol = format_answer(value, 0), tolerance(value, 0)
     number = int(hashlib.sha256(f"{c.template}|{c.subject}".encode()).hexdigest()[:12], 16)
     task = {
         "id": f"{split}-qa-{number % 10**10:010d}",
@@ -337,8 +366,15 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         "hops": len(path) - (c.formula is not None),
         "start_url": START_URL,
         "evidence": [  # the figures the gold path reads (rollout.verifiers.process)
-            {"url": figure_url(country.iso, ind), "quote": value}
-            for (country, ind), value in zip(found, values, strict=True)
+            *(
+                [{"url": airport_url(c.airport), "quote": found[0][0].name.strip()}]
+                if c.airport
+                else []
+            ),
+            *(
+                {"url": figure_url(country.iso, ind), "quote": value}
+                for (country, ind), value in zip(found, values, strict=True)
+            ),
         ],
         "gold_path": path,
         "template": c.template,
@@ -347,6 +383,8 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
     }
     if c.formula is not None:
         task.update(derived=True, tolerance=tol, formula=formula, decimals=c.decimals)
+    elif c.pick is None:
+        task.update(derived=True, tolerance=tol, decimals=0)
     else:
         task["pick"] = c.pick
     return task

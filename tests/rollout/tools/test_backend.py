@@ -4,7 +4,9 @@ errors an agent can correct itself from."""
 import pytest
 
 from rollout.env.core import ToolError
-from rollout.tools import Calculate, ListCountries, Lookup, make_backend
+from rollout.records import Step
+from rollout.tools import Airport, Calculate, ListCountries, Lookup, make_backend
+from rollout.tools.backend import airport_url, figures_read
 from rollout.tools.data import INDICATORS, atlas, number_text
 from rollout.web.site import Site, _fields
 from rollout.web.templates import environment
@@ -142,6 +144,26 @@ def test_figures_match_what_the_local_web_shows():
             value = data.value(c, ind)
             if value is not None:
                 assert value.source_text in shown, (iso, ind)
+
+
+async def test_airport_names_the_city_and_the_country_a_lookup_takes(backend):
+    data = atlas()
+    cdg = data.world.airports["CDG"]
+    obs = await backend.act(Airport(" cdg "))
+    assert obs.text == f"CDG: {cdg.name}, {cdg.city_name}, country: France"
+    # the country as written is one lookup finds
+    assert backend.countries_named(obs.text.rsplit("country: ", 1)[1]) == [data.find("France")]
+    for bad in ("ZZZZ", "C D", "", "Paris"):
+        with pytest.raises(ToolError, match=r"Unknown airport code .* three-letter IATA"):
+            await backend.act(Airport(bad))
+
+
+def test_an_airport_step_reaches_its_record():
+    ok = Step(1, "", "airport", {"code": "cdg"})
+    assert figures_read(ok) == [airport_url("CDG")] == ["tools://airports/CDG"]
+    failed = Step(1, "", "airport", {"code": "cdg"}, error="tool_error")
+    assert figures_read(failed) == []
+    assert figures_read(Step(1, "", "airport", {"code": "QQQ"})) == []
 
 
 async def test_observations_are_deterministic():

@@ -149,3 +149,74 @@ async def test_the_batched_oracle_reads_one_indicator_s_list_in_one_call(tools_m
             assert [s.action for s in steps] == ["lookup", "answer"]
     assert len(failures) <= 0.02 * len(tasks), failures[:10]
     assert shorter >= 20 and copied >= 20  # which of three, combined population, ...
+
+
+async def test_the_airport_template_walks_two_hops_and_copies_the_figure(tools_mode):
+    """airport(code) names the country, lookup reads its count, the answer is that count
+    (with spaced names: the question's code and the observation's country, as tokens)."""
+    from rollout.policies import scripted_oracle
+    from shared.config import RolloutConfig
+
+    tasks = generate_tasks("test", 30, templates=["tools_airport_figure"])
+    spaced = RolloutConfig(oracle_spaced_names=True)
+    for task in tasks:
+        env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+        oracle = scripted_oracle("tools", task, "", spaced)
+        result = await env.reset(task)
+        texts = []
+        while not (result.terminated or result.truncated):
+            texts.append(oracle.next(result.text))
+            result = await env.step(texts[-1])
+        await env.close()
+        code, country = task["gold_path"][0]["args"]["code"], task["evidence"][0]["quote"]
+        assert texts == [
+            f'airport(" {code}")',
+            f'lookup(" {country}", "{task["gold_path"][1]["args"]["indicator"]}")',
+            f'answer(" {task["answer"].replace(",", "")}")',
+        ]
+        assert f" {code}?" in task["question"]  # the code follows a space in the question
+        assert result.reward == 1.0 and env.record.breakdown["verdict"] == "correct"
+
+
+async def test_the_noisy_tool_oracle_has_the_habits_it_is_asked_for(tools_mode):
+    """rollout.policy = "noisy_oracle" in the tools kind: a wrong indicator per lookup with
+    probability oracle_noise, one hop short (the airport's country as the answer) with
+    probability oracle_premature; the same seed gives the same episode."""
+    from rollout.policies import scripted_oracle
+    from shared.config import RolloutConfig
+
+    cfg = RolloutConfig(oracle_noise=0.35, oracle_premature=0.2)
+    tasks = generate_tasks("train", 200, templates=["tools_airport_figure"])
+
+    async def run(task, seed, rollout=cfg):
+        env = Environment(tools_mode, make_backend(), UrlPolicy(allowed_hosts=()))
+        oracle = scripted_oracle("tools", task, "", rollout, noisy=True, seed=seed)
+        result = await env.reset(task)
+        while not (result.terminated or result.truncated):
+            result = await env.step(oracle.next(result.text))
+        await env.close()
+        return result.reward, [(s.action, dict(s.args)) for s in env.record.steps]
+
+    episodes = [await run(t, seed) for seed, t in enumerate(tasks)]
+    short = wrong = right = 0
+    for task, (reward, steps) in zip(tasks, episodes, strict=True):
+        gold = task["gold_path"][1]["args"]["indicator"]
+        if [a for a, _ in steps] == ["airport", "answer"]:
+            short += 1
+            assert steps[1][1]["text"] == task["evidence"][0]["quote"]  # the country
+            assert reward < 1.0
+        elif steps[1][1]["indicator"] != gold:
+            wrong += 1
+            assert reward < 1.0  # it answers the figure it read
+        else:
+            right += 1
+            assert reward == 1.0
+    n = len(tasks)
+    assert 0.1 * n <= short <= 0.3 * n  # 0.2
+    assert 0.2 <= wrong / (n - short) <= 0.5  # 0.35
+    assert right + short + wrong == n
+    assert await run(tasks[0], 0) == episodes[0]  # seeded
+    # no noise, no habits: the exact oracle's episodes
+    exact = RolloutConfig(oracle_noise=0.0, oracle_premature=0.0)
+    assert [(await run(t, s, exact))[0] for s, t in enumerate(tasks[:20])] == [1.0] * 20
+    assert type(scripted_oracle("tools", tasks[0], "", cfg)).__name__ == "ToolOracle"

@@ -7,7 +7,7 @@ from rollout.env.core import Environment, EpisodeLimits
 from rollout.records import EpisodeRecord, Step
 from rollout.registry import envs
 from rollout.tools import generate_tasks, make_backend, make_oracle
-from rollout.tools.backend import figure_url, figures_read
+from rollout.tools.backend import airport_url, figure_url, figures_read
 from rollout.tools.data import atlas
 from rollout.tools.tasks import TEMPLATES
 from rollout.urls import UrlPolicy
@@ -29,10 +29,14 @@ async def test_every_task_names_the_figures_its_gold_path_reads_as_evidence():
     assert {t["template"] for t in tasks} == set(TEMPLATES)
     for task in tasks:
         lookups = [s["args"] for s in task["gold_path"] if s["action"] == "lookup"]
-        assert [e["url"] for e in task["evidence"]] == [
+        airports = [s["args"]["code"] for s in task["gold_path"] if s["action"] == "airport"]
+        figures = task["evidence"][len(airports) :]
+        assert [e["url"] for e in task["evidence"]] == [airport_url(c) for c in airports] + [
             figure_url(data.find(a["country"]).iso, a["indicator"]) for a in lookups
         ]
-        for item, args in zip(task["evidence"], lookups, strict=True):
+        for item, code in zip(task["evidence"], airports, strict=False):
+            assert backend.airport(code).text.endswith(f", country: {item['quote']}")
+        for item, args in zip(figures, lookups, strict=True):
             shown = backend.lookup(args["country"], args["indicator"]).text
             assert f" = {item['quote']} " in shown  # the figure as the lookup shows it
 

@@ -2,7 +2,7 @@
 what each parses to, in the form of ``tests/rollout/parser_corpus.py``."""
 
 from rollout.actions import Answer
-from rollout.tools import Calculate, ListCountries, Lookup
+from rollout.tools import Airport, Calculate, ListCountries, Lookup
 from tests.rollout.parser_corpus import More, err
 
 TOOLS = [
@@ -14,6 +14,9 @@ TOOLS = [
     ('list_countries("Europe")', ListCountries("Europe")),
     ('list_countries("Africa prefix:Ma")', ListCountries("Africa prefix:Ma")),
     ('list_countries("")', ListCountries("")),
+    ('airport("CDG")', Airport("CDG")),
+    ('airport(" FAG")', Airport("FAG")),
+    ('airport(code="nrt")', Airport("nrt")),
     ('answer("47,200")', Answer("47,200")),
     ('answer("France")', Answer("France")),
     ('lookup(country="Japan", indicator="area_km2")', Lookup("Japan", "area_km2")),
@@ -48,6 +51,8 @@ TOOLS = [
         Lookup("Peru", "area_km2"),
     ),
     ('Action: list_countries("South America")', ListCountries("South America")),
+    ("Airport('LHR')", Airport("LHR")),
+    ('airport("JFK"', Airport("JFK")),
     ("calculate(42)", Calculate("42")),
     ("calculate(3.5)", Calculate("3.5")),
     ("answer(47200)", Answer("47200")),
@@ -83,6 +88,9 @@ TOOLS = [
     ("calculate()", err("missing_argument", '"expression"')),
     ("list_countries()", err("missing_argument", '"filter"')),
     ("answer()", err("missing_argument", '"text"')),
+    ("airport()", err("missing_argument", '"code"', 'airport("CDG")')),
+    ("airport(CDG)", err("bad_argument", "string in quotes", "CDG")),
+    ('airport("CDG", "FR")', err("extra_argument", "takes 1 argument")),
     ('lookup("France", "population", "2024")', err("extra_argument", "takes 2 arguments")),
     (
         'lookup(nation="France", indicator="population")',
