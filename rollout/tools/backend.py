@@ -188,14 +188,17 @@ class ToolBackend:
         return Observation(body, summary=f"{len(names)} countries")
 
     def airport(self, code: str) -> Observation:
-        """``FAG: Fagurholsmyri Airport, Fagurholsmyri, country: Iceland``: an airport of
-        AirportDB by IATA code, with the country a ``lookup`` takes by that name."""
+        """``FAG: Fagurholsmyri Airport, Fagurholsmyri, in Iceland; lookup("Iceland",
+        indicator) reads its figures.``: an airport of AirportDB by IATA code, its country
+        by the name ``lookup`` takes, and the call that reads that country's figures (as an
+        error's hint names the call that would work)."""
         found = self.find_airport(code)
         country = self.data.world.countries.get(found.country)
         where = self.data.name(country) if country is not None else found.country
         city = f", {found.city_name}" if found.city_name else ""
         return Observation(
-            f"{found.iata}: {found.name}{city}, country: {where}",
+            f"{found.iata}: {found.name}{city}, in {where}; "
+            f'lookup("{where}", indicator) reads its figures.',
             summary=f"{found.iata} in {where}",
         )
 

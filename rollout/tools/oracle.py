@@ -15,7 +15,9 @@ tools and the verifier ignore the space; what it changes is the tokens. A byte-l
 BPE tokenizer reads " Jamaica" inside a sentence as ``ĠJ ama ica`` and "Jamaica" after
 a quote as ``J ama ica``, so an unspaced call shares no first token with the question
 it copies from, and a small policy, which copies by continuing what followed a token it
-has seen, cannot continue past it. The spaced call is the question's own tokens.
+has seen, cannot continue past it. The spaced call is the question's own tokens. A name it
+takes from an observation rather than the question (the country an ``airport()`` step
+named) it writes as that observation does, for the same reason.
 
 With ``batched`` the lookups of one indicator that follow each other in the gold path are
 one call naming the countries as the question lists them
@@ -36,7 +38,7 @@ GIVE_UP = "unknown"
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 _LOOKED_UP = re.compile(rf"^(.{{1,80}}?): (\w{{1,40}}) = ({_NUMBER}) ", re.M)
 _RESULT = re.compile(rf" = ({_NUMBER})\s*$")
-_AIRPORT = re.compile(r"^[A-Z0-9]{3}: .*, country: (.{1,80})$", re.M)
+_AIRPORT = re.compile(r'^[A-Z0-9]{3}: .*, in (.{1,80}?); lookup\("', re.M)
 
 
 def call(name: str, *args: object) -> str:
@@ -70,6 +72,9 @@ class ToolOracle:
             step = self.plan.pop(0)
             args = step["args"]
             if step["action"] == "lookup":
+                if self.bridge is not None and fold(self.bridge) == fold(args["country"]):
+                    # a name an observation gave: written as it was shown
+                    return call("lookup", self.bridge, args["indicator"])
                 names = [args["country"]]
                 while self.batched and self._same_lookup(args):
                     names.append(self.plan.pop(0)["args"]["country"])
@@ -156,7 +161,7 @@ class NoisyToolOracle(ToolOracle):
             self._read(observation)
             if self.bridge is not None:
                 self.plan, self.answering = [], True
-                return call("answer", self._name(self.bridge))
+                return call("answer", self.bridge)
         if self.plan and self.plan[0]["action"] == "lookup" and self.rng.random() < self.p:
             args = self.plan[0]["args"]
             wrong = self.rng.choice(sorted(set(INDICATORS) - {args["indicator"]}))

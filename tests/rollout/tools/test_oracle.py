@@ -153,7 +153,8 @@ async def test_the_batched_oracle_reads_one_indicator_s_list_in_one_call(tools_m
 
 async def test_the_airport_template_walks_two_hops_and_copies_the_figure(tools_mode):
     """airport(code) names the country, lookup reads its count, the answer is that count
-    (with spaced names: the question's code and the observation's country, as tokens)."""
+    (with spaced names: the code as the question writes it, the country as the airport's
+    observation does, a run of its tokens)."""
     from rollout.policies import scripted_oracle
     from shared.config import RolloutConfig
 
@@ -171,10 +172,11 @@ async def test_the_airport_template_walks_two_hops_and_copies_the_figure(tools_m
         code, country = task["gold_path"][0]["args"]["code"], task["evidence"][0]["quote"]
         assert texts == [
             f'airport(" {code}")',
-            f'lookup(" {country}", "{task["gold_path"][1]["args"]["indicator"]}")',
+            f'lookup("{country}", "{task["gold_path"][1]["args"]["indicator"]}")',
             f'answer(" {task["answer"].replace(",", "")}")',
         ]
         assert f" {code}?" in task["question"]  # the code follows a space in the question
+        assert f'lookup("{country}", indicator)' in env.record.steps[0].observation
         assert result.reward == 1.0 and env.record.breakdown["verdict"] == "correct"
 
 
