@@ -11,7 +11,12 @@
   that server's cache) unless the server is unhealthy; a new episode goes to the
   least-loaded healthy server.
 - ``update_weights``: pause -> ``/update_weights_from_disk`` -> continue on every
-  server, each result checked.
+  server, each result checked. The pause is ``{"mode": "retract"}``: running requests
+  go back to the server's queue and finish under the new weights (SGLang's default
+  mode, ``abort``, would end them with what they had generated so far).
+- A generation the server aborted (``finish_reason`` ``abort``: a pause, an
+  ``/abort_request`` from elsewhere) is not the model's reply: it is asked again, and
+  after ``retries`` aborted tries the call fails as an infrastructure error.
 """
 
 from __future__ import annotations
@@ -117,7 +122,11 @@ class InferenceClient:
             try:
                 data = await self._post(server, "/generate", {**payload, "rid": rid})
                 server.failures, server.healthy = 0, True
-                return _generation(data)
+                gen = _generation(data)
+                if gen.finish == "abort":  # cut short by the server, not ended by the model
+                    last = _Retryable(f"{server.url}/generate: the request was aborted")
+                    continue
+                return gen
             except asyncio.CancelledError:
                 asyncio.ensure_future(self._abort(server, rid))  # noqa: RUF006
                 raise
@@ -153,8 +162,8 @@ class InferenceClient:
 
     async def update_weights(self, path: str, version: str) -> None:
         """Every server loads the new weights; raises when any of them fails to."""
-        for s in self.servers:
-            await self._post(s, "/pause_generation", {})
+        for s in self.servers:  # retract: running requests are kept, not aborted
+            await self._post(s, "/pause_generation", {"mode": "retract"})
         try:
             results = await asyncio.gather(
                 *(

@@ -377,3 +377,28 @@ async def test_qwen3_served_logprobs_equal_the_train_steps(tmp_path):
     ours = np.asarray(logp)[0, len(PROMPT) - 1 : len(seq) - 1]
     served = [lp for lp, _, _ in item["meta_info"]["output_token_logprobs"]]
     np.testing.assert_allclose(served, ours, atol=1e-5, rtol=0)
+
+
+async def test_a_weight_update_through_the_client_ends_no_running_generation(server, weights):
+    """The rollout client's update_weights pauses with mode "retract": generations running
+    across the update finish whole (none comes back aborted and cut short, which an
+    episode would take for the model's reply) and report the new weight version."""
+    from rollout.inference import InferenceClient, Sampling
+
+    async with aiohttp.ClientSession() as session:
+        client = InferenceClient([server], session, timeout_s=120)
+        sampling = Sampling(temperature=1.0, max_new_tokens=400, seed=3)
+
+        async def long_generation(i):
+            s = Sampling(**{**sampling.__dict__, "seed": i})
+            return await client.generate(PROMPT, s, episode=f"e{i}")
+
+        running = [asyncio.create_task(long_generation(i)) for i in range(4)]
+        await asyncio.sleep(0.5)
+        assert not any(t.done() for t in running)
+        await client.update_weights(str(weights["ckpt"] / "1"), "retracted-update")
+        done = await asyncio.gather(*running)
+    for g in done:
+        assert g.finish in ("stop", "length") and g.finish != "abort"
+        assert g.finish == "stop" or len(g.output_ids) == 400
+    assert {g.weight_version for g in done} == {"retracted-update"}

@@ -1,0 +1,91 @@
+"""The rollout side's inference client against a loopback stand-in answering in SGLang's
+documented ``/generate`` schema (``output_ids``, ``meta_info.finish_reason``,
+``output_token_logprobs`` as ``[logprob, id, text]``, ``weight_version``): an aborted
+generation is asked again, never handed to the episode as the model's reply, and a weight
+update pauses the servers without aborting what runs. The same behaviour against the real
+embedded server is in ``tests/learner/test_serve.py``."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rollout.inference import InferenceClient, InferenceError, Sampling
+
+
+def reply(ids: list[int], finish: dict, version: str = "7") -> dict:
+    return {
+        "text": "",
+        "output_ids": ids,
+        "meta_info": {
+            "id": "r",
+            "finish_reason": finish,
+            "prompt_tokens": 3,
+            "completion_tokens": len(ids),
+            "weight_version": version,
+            "output_token_logprobs": [[-0.5, t, None] for t in ids],
+        },
+    }
+
+
+@pytest.fixture
+async def stand_in():
+    """A server whose next /generate answers are scripted; it records every call."""
+    state = {"answers": [], "calls": []}
+
+    async def generate(request):
+        body = await request.json()
+        state["calls"].append(("/generate", body))
+        return web.json_response(state["answers"].pop(0))
+
+    async def control(request):
+        state["calls"].append((request.path, await request.json()))
+        return web.json_response({"success": True, "message": "ok"})
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    for path in ("/pause_generation", "/continue_generation", "/update_weights_from_disk"):
+        app.router.add_post(path, control)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        yield state, InferenceClient([f"http://127.0.0.1:{port}"], session, retries=2)
+    await runner.cleanup()
+
+
+async def test_an_aborted_generation_is_asked_again_not_returned(stand_in):
+    state, client = stand_in
+    state["answers"] = [
+        reply([], {"type": "abort", "message": "paused"}),
+        reply([5, 6], {"type": "abort"}),
+        reply([8, 9, 2], {"type": "stop", "matched": 2}, version="8"),
+    ]
+    g = await client.generate([1, 2, 3], Sampling(max_new_tokens=16))
+    assert (g.output_ids, g.finish, g.weight_version) == ([8, 9, 2], "stop", "8")
+    sent = [body for path, body in state["calls"] if path == "/generate"]
+    assert len(sent) == 3 and all(b["input_ids"] == [1, 2, 3] for b in sent)
+    assert len({b["rid"] for b in sent}) == 3  # each try a request of its own
+    assert client.servers[0].healthy  # an abort is not the server failing
+
+
+async def test_a_generation_aborted_on_every_try_is_an_infrastructure_error(stand_in):
+    state, client = stand_in
+    state["answers"] = [reply([4], {"type": "abort"}) for _ in range(3)]
+    with pytest.raises(InferenceError, match=r"after 3 tries: .*aborted"):
+        await client.generate([1, 2, 3], Sampling(max_new_tokens=16))
+
+
+async def test_a_weight_update_pauses_with_retract_then_continues(stand_in):
+    state, client = stand_in
+    await client.update_weights("/ckpt/3", "3")
+    assert [path for path, _ in state["calls"]] == [
+        "/pause_generation",
+        "/update_weights_from_disk",
+        "/continue_generation",
+    ]
+    assert state["calls"][0][1] == {"mode": "retract"}
+    assert state["calls"][1][1]["abort_all_requests"] is False
