@@ -173,8 +173,10 @@ def _register_tools() -> None:
 
         if rollout is None:
             return make_oracle(task)
-        how = {"spaced_names": rollout.oracle_spaced_names}
-        how["batched"] = rollout.oracle_batched_lookups
+        how = {
+            "spaced_names": rollout.oracle_spaced_names,
+            "batched": rollout.oracle_batched_lookups,
+        }
         if noisy:  # the noisy oracle's habits: wrong indicators, one hop short
             how.update(noise=rollout.oracle_noise, premature=rollout.oracle_premature, seed=seed)
         return make_oracle(task, **how)

@@ -232,9 +232,11 @@ def figures_read(step: Step) -> list[str]:
     with a task's evidence."""
     if step.action == "airport" and step.error is None:
         code = step.args.get("code")
+        if not isinstance(code, str):
+            return []
         try:
             return [airport_url(ToolBackend(data=atlas()).find_airport(code).iata)]
-        except (ToolError, AttributeError):
+        except ToolError:
             return []
     if step.action != "lookup" or step.error is not None:
         return []

@@ -367,7 +367,7 @@ def to_task(c: ToolCandidate, split: str, data: Atlas) -> dict | None:
         "start_url": START_URL,
         "evidence": [  # the figures the gold path reads (rollout.verifiers.process)
             *(
-                [{"url": airport_url(c.airport), "quote": found[0][0].name.strip()}]
+                [{"url": airport_url(c.airport), "quote": data.name(found[0][0])}]
                 if c.airport
                 else []
             ),
