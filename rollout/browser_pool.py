@@ -32,6 +32,8 @@ from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
+from rollout.procs import wait_group_gone
+
 DEFAULT_ARGS = (
     "--headless",
     "--no-sandbox",
@@ -276,6 +278,9 @@ class BrowserPool:
         _kill_group(b.proc.pid)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(b.proc.wait(), self.config.close_timeout_s)
+        # the renderers and helpers of its group die a moment after the SIGKILL: close()
+        # returns when none is left
+        await wait_group_gone(b.proc.pid, self.config.close_timeout_s)
         shutil.rmtree(b.profile, ignore_errors=True)
 
     async def _watch(self) -> None:

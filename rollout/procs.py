@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 READY = "serving on "
@@ -38,6 +39,7 @@ class Child:
                 await self.proc.wait()
         with contextlib.suppress(ProcessLookupError):  # stray grandchildren, if any
             os.killpg(self.proc.pid, signal.SIGKILL)
+        await wait_group_gone(self.proc.pid, timeout)
 
 
 async def start_child(
@@ -76,6 +78,21 @@ async def web_for(cache_dir: str, url: str | None) -> tuple[str, Child | None]:
         ["rollout.web", "--port", "0", "--set", f"web.cache_dir={cache_dir}"], "web"
     )
     return child.url, child
+
+
+async def wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until a killed process group has no live member. SIGKILL is delivered at once,
+    but each process takes a moment to tear down (and ones whose parent died are reaped
+    by init), so a ``killpg`` alone does not mean the group is gone when it returns.
+    False if members are still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while group_pids(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
 
 
 def group_pids(pgid: int) -> list[int]:
