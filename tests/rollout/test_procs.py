@@ -16,7 +16,7 @@ def _group_of_sleepers(n: int) -> subprocess.Popen:
     proc = subprocess.Popen(
         ["sh", "-c", " ".join(["sleep 60 &"] * n) + " wait"], start_new_session=True
     )
-    for _ in range(200):  # the shell and its n sleepers
+    for _ in range(1000):  # the shell and its n sleepers (10 s at most)
         if len(group_pids(proc.pid)) == n + 1:
             return proc
         time.sleep(0.01)
