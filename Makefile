@@ -2,9 +2,10 @@
 #
 #   make train   set up, then run the embedded default (python -m learner.train)
 #   make base    set up, then rebuild the tiny base model it starts from (shared/assets/tiny_base)
-#   make test    set up (with the test dependencies), then ruff and the test suite
+#   make test    set up (with the test dependencies and the engines), then ruff and the test suite
 #   make bench   set up (with the test dependencies), then every bench/*.py (each ends with one JSON line)
 #   make lock    re-resolve the Python dependencies into requirements/*.txt (hashed)
+#   make engines  build .venv-sglang / .venv-vllm from their lock files (cached by lock hash)
 #
 # `setup` is idempotent: Debian packages are installed only when missing, and the
 # virtual environment gets the locked packages again only when a lock file changes.
@@ -29,7 +30,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # `make test PYTEST_ARGS=` runs the suite in one process.
 PYTEST_ARGS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup setup-test system-packages test lint bench train base lock clean
+.PHONY: setup setup-test system-packages test lint bench train base lock clean \
+	engines engines-sglang engines-vllm
 
 setup: system-packages $(STAMP)
 
@@ -98,7 +100,7 @@ lint: setup-test
 	$(VENV)/bin/ruff format --check .
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup-test lint
+test: setup-test engines lint
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
 	exit $$rc
@@ -111,6 +113,14 @@ train: setup
 
 base: setup
 	$(PY) -m learner.base $(ARGS)
+
+engines: engines-sglang engines-vllm
+
+engines-sglang:
+	PYTHON=$(PYTHON) engines/build.sh sglang
+
+engines-vllm:
+	PYTHON=$(PYTHON) engines/build.sh vllm
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -145,6 +145,22 @@ def _logprob_items(
     ]
 
 
+def version_spans(changes: list[tuple[str, int]], last: str, n: int) -> list[dict[str, Any]]:
+    """SGLang's ``weight_versions``: ``{"version", "start", "end"}`` over the ``n`` output
+    tokens, from (old version, tokens generated under it) at each update, then ``last``."""
+    spans: list[dict[str, Any]] = []
+    for version, end in [*changes, (last, n)]:
+        end = min(end, n)
+        start = spans[-1]["end"] if spans else 0
+        if end <= start:
+            continue
+        if spans and spans[-1]["version"] == version:
+            spans[-1]["end"] = end
+        else:
+            spans.append({"version": version, "start": start, "end": end})
+    return spans
+
+
 def build_response(
     r: Request, opts: ReplyOptions, tokenizer: Tokenizer, weight_version: str, latency: float
 ) -> dict[str, Any]:
@@ -162,6 +178,10 @@ def build_response(
         "weight_version": weight_version,
         "e2e_latency": latency,
     }
+    if r.version_changes:
+        meta["weight_versions"] = version_spans(
+            r.version_changes, weight_version, len(r.output_ids)
+        )
     if opts.return_logprob:
         w = opts.return_text_in_logprobs
         meta["output_token_logprobs"] = _logprob_items(

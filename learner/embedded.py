@@ -117,6 +117,7 @@ def start_embedded(
     run_dir: Path,
     web: str | None = None,
     sidecar: bool = True,
+    backend: str = "embedded",
 ) -> dict[str, str]:
     """Web (unless ``web`` names a running one), inference server (on the checkpoint of
     ``initial_step``) and sidecar (with ``sidecar``); their URLs (keys ``web``,
@@ -126,7 +127,7 @@ def start_embedded(
     ]
     if web is None:
         web = children.start("web", ["rollout.web", "--port", "0", *cfg_args])
-    inference = start_inference(children, cfg_args, checkpoint_root, initial_step)
+    inference = start_inference(children, cfg_args, checkpoint_root, initial_step, backend=backend)
     urls = {"web": web, "inference": inference}
     if sidecar:
         urls["sidecar"] = start_sidecar(
@@ -141,12 +142,18 @@ def start_inference(
     checkpoint_root: Path,
     step: int,
     name: str = "inference",
+    *,
+    backend: str = "embedded",
 ) -> str:
-    """An inference server (``learner.serve``) on the checkpoint of ``step``; its URL."""
+    """An inference server on the checkpoint of ``step``, its weight version ``step``; its
+    URL. ``learner.serve`` for the embedded backend; for ``sglang`` and ``vllm``,
+    ``learner.engines``, which serves the step's HF export with the real engine."""
+    module = "learner.serve" if backend == "embedded" else "learner.engines"
     return children.start(
         name,
-        ["learner.serve", "--checkpoint", str(checkpoint_root / str(step)), "--port", "0",
+        [module, "--checkpoint", str(checkpoint_root / str(step)), "--port", "0",
          *cfg_args, "--weight-version", str(step)],
+        timeout=300.0 if backend == "embedded" else 1800.0,
     )  # fmt: skip
 
 

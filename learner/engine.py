@@ -77,6 +77,9 @@ class Request:
     finish_reason: dict[str, Any] | None = None
     aborted: bool = False  # set from another thread; read between decode chunks
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    # (old weight version, output tokens generated under it) for each weight update that
+    # reached this request mid-generation: the reply's ``weight_versions`` spans
+    version_changes: list[tuple[str, int]] = field(default_factory=list)
 
 
 def bucket(n: int, sizes: Sequence[int]) -> int:

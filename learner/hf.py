@@ -164,13 +164,16 @@ def load_hf(
 # ----------------------------------------------------------------------------- export
 
 
-def hf_tensors(model: Model, dtype: str = "bfloat16") -> dict[str, np.ndarray]:
-    """The model's weights under HF names and layouts, cast to ``dtype``."""
+def hf_tensors(model: Model, dtype: str = "bfloat16", untie: bool = False) -> dict[str, np.ndarray]:
+    """The model's weights under HF names and layouts, cast to ``dtype``; with ``untie``, a
+    tied model's embedding is written a second time as ``lm_head.weight``."""
     params = {k: np.asarray(v) for k, v in get_params(model).items()}
     out = {}
     for m in weight_maps(model.cfg):
         value = params[m.path] if m.layer is None else params[m.path][m.layer]
         out[m.hf_name] = np.ascontiguousarray(m.to_hf(value)).astype(NP_DTYPES[dtype])
+    if untie and model.cfg.tie_word_embeddings:
+        out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out
 
 
@@ -195,16 +198,24 @@ def export_hf(
     tokenizer_dir: str | Path | None = None,
     dtype: str = "bfloat16",
     max_shard_bytes: int = 2 << 30,
+    untie: bool = False,
 ) -> Path:
-    """Write ``model`` as an HF checkpoint directory (atomically: replaced only when complete)."""
+    """Write ``model`` as an HF checkpoint directory (atomically: replaced only when complete).
+
+    ``untie`` writes a tied model as an untied one with the same matrix twice (the
+    embedding, and ``lm_head.weight``): the same function, for an engine that cannot
+    reload a tied head in place (vLLM's in-place reload leaves a tied head on the old
+    weights)."""
     if dtype not in NP_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(NP_DTYPES)}")
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        _write_weights(hf_tensors(model, dtype), tmp, max_shard_bytes)
+        _write_weights(hf_tensors(model, dtype, untie), tmp, max_shard_bytes)
         cfg = model.cfg.to_hf_config(torch_dtype=dtype)
+        if untie:
+            cfg["tie_word_embeddings"] = False
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         generation = {"eos_token_id": list(model.cfg.eos_token_ids) or None}
         if model.cfg.bos_token_id is not None:

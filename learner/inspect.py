@@ -156,12 +156,14 @@ def diff(path_a: str | Path, path_b: str | Path) -> dict[str, Any]:
     }
 
 
-def export(path: str | Path, out: str | Path, dtype: str = "bfloat16") -> Path:
-    """The checkpoint as an SGLang-loadable HF directory."""
+def export(path: str | Path, out: str | Path, dtype: str = "bfloat16", untie: bool = False) -> Path:
+    """The checkpoint as an HF directory SGLang and vLLM load (``untie``: see ``export_hf``)."""
     from learner.hf import export_hf
 
     source = open_source(checkpoint=path)
-    return export_hf(source.model, out, tokenizer_dir=source.tokenizer_dir, dtype=dtype)
+    return export_hf(
+        source.model, out, tokenizer_dir=source.tokenizer_dir, dtype=dtype, untie=untie
+    )
 
 
 # ----------------------------------------------------------------------------- folding

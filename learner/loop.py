@@ -16,6 +16,7 @@ same batch; all of them take part in the step and in every checkpoint save.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,7 @@ class Trainer:
         return step
 
     def export_hf(self, step: int) -> Path:
+        from learner.engines import served_dtype, untied_export
         from learner.hf import export_hf
 
         out = self.ckpt_root / "hf" / str(step)
@@ -176,11 +178,16 @@ class Trainer:
         else:
             params = self.state.params
         set_params(self.model, {k: np.asarray(v) for k, v in params.items()})
-        return export_hf(self.model, out, tokenizer_dir=self.tokenizer_dir)
+        dtype = served_dtype(self.cfg.inference, self.model.cfg.param_dtype)
+        untie = untied_export(self.cfg.inference.backend)
+        export_hf(self.model, out, tokenizer_dir=self.tokenizer_dir, dtype=dtype, untie=untie)
+        prune_exports(out.parent, keep=HF_EXPORTS_KEPT)
+        return out
 
     def wants_hf(self) -> bool:
         mode = self.cfg.checkpoint.export_hf
-        return mode == "always" or (mode == "auto" and self.cfg.inference.backend == "sglang")
+        engine = self.cfg.inference.backend in ("sglang", "vllm")
+        return mode == "always" or (mode == "auto" and engine)
 
     # -------------------------------------------------------------- loop
 
@@ -291,6 +298,19 @@ class Trainer:
             if not self.save_failed:
                 raise  # after a failed save, the save's error has been reported already
         self.trackers.close()
+
+
+HF_EXPORTS_KEPT = 2  # the newest (being loaded) and the one before (what servers may hold)
+
+
+def prune_exports(hf_root: Path, keep: int) -> list[int]:
+    """Delete all but the newest ``keep`` step exports under ``hf_root`` (a 7B export is
+    ~15 GB); the steps deleted."""
+    steps = sorted(int(p.name) for p in hf_root.iterdir() if p.name.isdigit())
+    gone = steps[:-keep] if keep > 0 else steps
+    for step in gone:
+        shutil.rmtree(hf_root / str(step), ignore_errors=True)
+    return gone
 
 
 class _NoSource:

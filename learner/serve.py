@@ -14,7 +14,9 @@ names and shapes, so the rollout client cannot tell it from SGLang:
   with ``id``, ``finish_reason`` (``{"type": "stop", "matched": id}`` |
   ``{"type": "length", "length": n}`` | ``{"type": "abort", ...}``),
   ``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` (prompt tokens whose
-  KV the prefix cache supplied), ``weight_version``,
+  KV the prefix cache supplied), ``weight_version`` (and ``weight_versions``,
+  ``{"version", "start", "end"}`` spans over the output, when a weight update
+  reached the request mid-generation, as SGLang reports it),
   ``e2e_latency`` and, when asked, ``output_token_logprobs`` /
   ``input_token_logprobs`` as ``[logprob, token_id, text | null]`` items.
 - ``GET /health``, ``GET /health_generate``, ``POST /flush_cache``,
@@ -212,6 +214,9 @@ class Server:
         except Exception as e:  # the old weights stay in place
             log.warning("weight update from %s failed: %s", path, e)
             return web.json_response({"success": False, "message": str(e)}, status=400)
+        for r in self.scheduler.running:  # held sequences go on under the new weights
+            if r.finish_reason is None and r.output_ids:
+                r.version_changes.append((self.weight_version, len(r.output_ids)))
         if body.get("weight_version") is not None:
             self.weight_version = str(body["weight_version"])
         log.info("loaded %s (weight_version %s)", what, self.weight_version)

@@ -136,6 +136,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                     run_dir=run_dir,
                     web=web,
                     sidecar=False,
+                    backend=cfg.inference.backend,
                 )
                 inference = [started["inference"]]
             testing = primary and cfg.learner.test_tasks > 0 and bool(web and inference)
@@ -165,7 +166,14 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
                     root, steps = control_sft(cfg, run_dir, grpo_minutes_of(run_dir, grpo_s / 60))
                     children.stop_one("inference")  # the control's own server, on its weights
                     inference = [
-                        start_inference(children, cfg_args, root, steps, "control-inference")
+                        start_inference(
+                            children,
+                            cfg_args,
+                            root,
+                            steps,
+                            "control-inference",
+                            backend=cfg.inference.backend,
+                        )
                     ]
                     test("control")
     finally:

@@ -46,11 +46,19 @@ class Sequence:
     logprobs: list[float]
     versions: list[int]
 
-    def add(self, ids: list[int], *, mask: int, logprobs=None, version: int = -1) -> None:
+    def add(
+        self, ids: list[int], *, mask: int, logprobs=None, version: int | list[int] = -1
+    ) -> None:
+        """Append ``ids``; ``version`` is one policy version for all, or one per id."""
         self.tokens += ids
         self.mask += [mask] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
-        self.versions += [version if mask else -1] * len(ids)
+        if not mask:
+            self.versions += [-1] * len(ids)
+        elif isinstance(version, list):
+            self.versions += version
+        else:
+            self.versions += [version] * len(ids)
 
 
 Policy = Callable[[str], str]  # scripted: last observation text -> model text
@@ -169,7 +177,7 @@ async def _play(env, task, tok, limits, context, client, sampling, scripted) -> 
             g0 = time.monotonic()
             gen = await _act(text, tok, prompt, room, limits, client, sampling, scripted, env)
             times["gen_s"] += time.monotonic() - g0
-            version = _version(gen.weight_version)
+            version = [_version(v) for v in gen.token_versions()]  # the engine's, per token
             seq.add(gen.output_ids, mask=1, logprobs=gen.logprobs, version=version)
             n = len(prompt)
             turn = Sequence(list(prompt), [0] * n, [0.0] * n, [-1] * n)  # a copy: add() extends

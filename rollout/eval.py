@@ -86,7 +86,9 @@ async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
 
     inf = cfg.inference
     tok = load_tokenizer()
-    client = InferenceClient(list(inf.urls), session, timeout_s=inf.timeout_s, retries=inf.retries)
+    client = InferenceClient(
+        list(inf.urls), session, timeout_s=inf.timeout_s, retries=inf.retries, backend=inf.backend
+    )
     sampling = Sampling(inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tok.stop_ids)
     limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
     t = await run_tokens(

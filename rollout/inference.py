@@ -1,22 +1,30 @@
-"""Client for inference servers speaking SGLang's native HTTP API (SGLang itself, or
-``python -m learner.serve``, the embedded server that speaks the same protocol).
+"""Client for the inference engines: SGLang's native HTTP API (SGLang itself, or
+``python -m learner.serve``, the embedded server that speaks the same protocol) and
+vLLM's token-in/token-out API. Token ids in; token ids, per-token logprobs and the
+weight version of every token out; the rollout never cares which engine answered.
 
-- ``generate`` posts token ids with explicit sampling parameters and
-  ``return_logprob``, and returns output ids, per-token logprobs, the finish
-  reason and the weight version that produced them.
+- ``generate`` posts token ids with explicit sampling parameters and asks for the
+  sampled tokens' logprobs; it returns output ids, per-token logprobs, the finish
+  reason and, per token, the weight version that produced it, from the engine's
+  own answer (its ``weight_versions`` spans: a generation the update reached
+  mid-way records both versions, each on its own tokens).
 - Timeouts on every call; connection errors and 5xx answers are retried with
-  exponential backoff; a cancelled call aborts its request on the server
-  (``/abort_request`` with the request's ``rid``).
+  exponential backoff; a cancelled call aborts its request on the server.
 - Several servers: an episode sticks to one server (its prompt prefix stays in
   that server's cache) unless the server is unhealthy; a new episode goes to the
   least-loaded healthy server.
-- ``update_weights``: pause -> ``/update_weights_from_disk`` -> continue on every
-  server, each result checked. The pause is ``{"mode": "retract"}``: running requests
-  go back to the server's queue and finish under the new weights (SGLang's default
-  mode, ``abort``, would end them with what they had generated so far).
-- A generation the server aborted (``finish_reason`` ``abort``: a pause, an
-  ``/abort_request`` from elsewhere) is not the model's reply: it is asked again, and
-  after ``retries`` aborted tries the call fails as an infrastructure error.
+- ``update_weights`` with each engine's own API, on every server, each result
+  checked. SGLang (and ``learner.serve``): pause ``{"mode": "retract"}`` (running
+  requests go back to the queue and are recomputed on the new weights; SGLang's
+  default, ``abort``, would end them with what they had) ->
+  ``/update_weights_from_disk`` with the policy version as ``weight_version`` ->
+  continue. vLLM: ``/pause?mode=wait`` (running requests finish on the weights
+  they started with; new ones wait) -> ``/collective_rpc`` ``reload_weights`` from
+  the exported directory -> ``/update_weight_version`` -> ``/reset_prefix_cache``
+  -> ``/resume``.
+- A generation the server aborted (finish reason ``abort``: a pause, an abort from
+  elsewhere) is not the model's reply: it is asked again, and after ``retries``
+  aborted tries the call fails as an infrastructure error.
 """
 
 from __future__ import annotations
@@ -24,8 +32,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import aiohttp
+
+BACKENDS = ("embedded", "sglang", "vllm")
 
 
 class InferenceError(RuntimeError):
@@ -40,8 +52,10 @@ class Sampling:
     max_new_tokens: int = 64
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    ignore_eos: bool = False  # generate max_new_tokens whatever the model's eos (benchmarks)
 
     def as_params(self) -> dict:
+        """SGLang's ``sampling_params``."""
         params = {
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -53,6 +67,26 @@ class Sampling:
         }
         if self.seed is not None:
             params["sampling_seed"] = self.seed
+        if self.ignore_eos:
+            params["ignore_eos"] = True
+        return params
+
+    def as_vllm_params(self) -> dict:
+        """vLLM's ``SamplingParams``: the sampled token's logprob only (``logprobs: 0``)."""
+        params = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k if self.top_k > 0 else 0,
+            "max_tokens": self.max_new_tokens,
+            "stop_token_ids": list(self.stop_token_ids),
+            "logprobs": 0,
+            "skip_special_tokens": False,
+            "detokenize": False,
+        }
+        if self.seed is not None:
+            params["seed"] = self.seed
+        if self.ignore_eos:
+            params["ignore_eos"] = True
         return params
 
 
@@ -61,7 +95,14 @@ class Generation:
     output_ids: list[int]
     logprobs: list[float]  # one per output id
     finish: str  # "stop" | "length" | "abort"
-    weight_version: str
+    weight_version: str  # the version the generation ended under
+    versions: tuple[str, ...] = ()  # per output id, from the engine's spans; () = all one
+
+    def token_versions(self) -> list[str]:
+        """The weight version that produced each output token."""
+        return (
+            list(self.versions) if self.versions else [self.weight_version] * len(self.output_ids)
+        )
 
 
 @dataclass(eq=False)
@@ -78,13 +119,20 @@ class InferenceClient:
     session: aiohttp.ClientSession
     timeout_s: float = 60.0
     retries: int = 3
+    backend: str = "sglang"  # the protocol: "sglang" (SGLang, learner.serve) or "vllm"
     servers: list[_Server] = field(init=False)
     sticky: dict[str, _Server] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.urls:
             raise ValueError("at least one inference server URL is needed")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         self.servers = [_Server(u.rstrip("/")) for u in self.urls]
+
+    @property
+    def vllm(self) -> bool:
+        return self.backend == "vllm"
 
     # ------------------------------------------------------------------ routing
 
@@ -104,27 +152,36 @@ class InferenceClient:
 
     # ------------------------------------------------------------------ generate
 
-    async def generate(
-        self, input_ids: list[int], sampling: Sampling, *, episode: str | None = None
-    ) -> Generation:
-        payload = {
+    def _request(self, input_ids: list[int], sampling: Sampling, rid: str) -> tuple[str, dict]:
+        if self.vllm:
+            body = {"request_id": rid, "token_ids": input_ids,
+                    "sampling_params": sampling.as_vllm_params()}  # fmt: skip
+            return "/inference/v1/generate", body
+        body = {
             "input_ids": input_ids,
             "sampling_params": sampling.as_params(),
             "return_logprob": True,
             "logprob_start_len": len(input_ids),
+            "rid": rid,
         }
+        return "/generate", body
+
+    async def generate(
+        self, input_ids: list[int], sampling: Sampling, *, episode: str | None = None
+    ) -> Generation:
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.2 * 2 ** (attempt - 1), 5.0))
             server = self._pick(episode)
             rid = uuid.uuid4().hex
+            path, body = self._request(input_ids, sampling, rid)
             try:
-                data = await self._post(server, "/generate", {**payload, "rid": rid})
+                data = await self._post(server, path, body)
                 server.failures, server.healthy = 0, True
-                gen = _generation(data)
+                gen = _vllm_generation(data) if self.vllm else _generation(data)
                 if gen.finish == "abort":  # cut short by the server, not ended by the model
-                    last = _Retryable(f"{server.url}/generate: the request was aborted")
+                    last = _Retryable(f"{server.url}{path}: the request was aborted")
                     continue
                 return gen
             except asyncio.CancelledError:
@@ -136,25 +193,29 @@ class InferenceClient:
                 server.healthy = server.failures < 2
         raise InferenceError(f"generate failed after {self.retries + 1} tries: {last!r}")
 
-    async def _post(self, server: _Server, path: str, body: dict) -> dict:
+    async def _post(
+        self, server: _Server, path: str, body: dict | None, *, timeout_s: float | None = None
+    ) -> Any:
         server.inflight += 1
         try:
-            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
             async with self.session.post(server.url + path, json=body, timeout=timeout) as r:
                 if r.status >= 500:
-                    raise _Retryable(f"{server.url}{path}: HTTP {r.status}")
+                    raise _Retryable(f"{server.url}{path}: HTTP {r.status}: {await _text(r)}")
                 if r.status != 200:
-                    raise InferenceError(f"{server.url}{path}: HTTP {r.status}: {await r.text()}")
+                    raise InferenceError(f"{server.url}{path}: HTTP {r.status}: {await _text(r)}")
+                if r.content_type != "application/json":
+                    return {}
                 return await r.json()
         finally:
             server.inflight -= 1
 
     async def _abort(self, server: _Server, rid: str) -> None:
+        path, body = ("/abort_requests", {"request_ids": [rid]}) if self.vllm else (
+            "/abort_request", {"rid": rid})  # fmt: skip
         try:
             timeout = aiohttp.ClientTimeout(total=5)
-            await self.session.post(
-                server.url + "/abort_request", json={"rid": rid}, timeout=timeout
-            )
+            await self.session.post(server.url + path, json=body, timeout=timeout)
         except (aiohttp.ClientError, TimeoutError):
             pass
 
@@ -162,34 +223,58 @@ class InferenceClient:
 
     async def update_weights(self, path: str, version: str) -> None:
         """Every server loads the new weights; raises when any of them fails to."""
-        for s in self.servers:  # retract: running requests are kept, not aborted
-            await self._post(s, "/pause_generation", {"mode": "retract"})
-        try:
-            results = await asyncio.gather(
-                *(
-                    self._post(
-                        s,
-                        "/update_weights_from_disk",
-                        {"model_path": path, "weight_version": version, "flush_cache": True,
-                         "abort_all_requests": False},
-                    )
-                    for s in self.servers
-                ),
-                return_exceptions=True,
-            )  # fmt: skip
-        finally:
-            for s in self.servers:
-                try:
-                    await self._post(s, "/continue_generation", {})
-                except (aiohttp.ClientError, TimeoutError, InferenceError):
-                    s.healthy = False
+        update = self._update_vllm if self.vllm else self._update_sglang
+        results = await asyncio.gather(
+            *(update(s, path, version) for s in self.servers), return_exceptions=True
+        )
         failed = [
-            f"{s.url}: {r if isinstance(r, Exception) else r.get('message')}"
-            for s, r in zip(self.servers, results, strict=True)
-            if isinstance(r, Exception) or not r.get("success")
+            f"{s.url}: {r}" for s, r in zip(self.servers, results, strict=True) if r is not None
         ]
         if failed:
             raise InferenceError(f"weight update to {version} failed: {'; '.join(failed)}")
+
+    async def _update_sglang(self, s: _Server, path: str, version: str) -> None:
+        await self._post(s, "/pause_generation", {"mode": "retract"})  # running ones are kept
+        try:
+            r = await self._post(
+                s,
+                "/update_weights_from_disk",
+                {"model_path": path, "weight_version": version, "flush_cache": True,
+                 "abort_all_requests": False},
+                timeout_s=max(self.timeout_s, 600.0),
+            )  # fmt: skip
+            if not r.get("success"):
+                raise InferenceError(r.get("message") or "update_weights_from_disk failed")
+        finally:
+            await self._resume(s, "/continue_generation", {})
+
+    async def _update_vllm(self, s: _Server, path: str, version: str) -> None:
+        # vLLM's engine dies when reload_weights finds no checkpoint (EngineDeadError,
+        # the server exits): a path that is not an export is refused here, before it
+        if not (Path(path) / "config.json").is_file():
+            raise InferenceError(f"{path}: not an HF export (no config.json); nothing loaded")
+        # mode=wait: running requests end on the weights they began with (a reload under
+        # a kept request would leave its KV computed by the old weights)
+        await self._post(s, "/pause?mode=wait", None, timeout_s=max(self.timeout_s, 600.0))
+        try:
+            r = await self._post(
+                s,
+                "/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": path}},
+                timeout_s=max(self.timeout_s, 600.0),
+            )
+            if not isinstance(r, dict):
+                raise InferenceError(f"reload_weights: unexpected answer {r!r}")
+            await self._post(s, "/update_weight_version", {"new_version": version})
+            await self._post(s, "/reset_prefix_cache", None)
+        finally:
+            await self._resume(s, "/resume", None)
+
+    async def _resume(self, s: _Server, path: str, body: dict | None) -> None:
+        try:
+            await self._post(s, path, body)
+        except (aiohttp.ClientError, TimeoutError, InferenceError, _Retryable):
+            s.healthy = False
 
     async def health(self) -> dict[str, bool]:
         out = {}
@@ -208,8 +293,28 @@ class _Retryable(Exception):
     pass
 
 
+async def _text(r: aiohttp.ClientResponse) -> str:
+    return (await r.text())[:2000]
+
+
+def _span_versions(spans: object, n: int, last: str) -> tuple[str, ...]:
+    """Per-token versions from ``[{"version", "start", "end"}, ...]`` covering ``n``
+    output tokens; () when the engine gave none (every token then has ``last``)."""
+    if not spans:
+        return ()
+    out = [last] * n
+    for sp in spans:  # type: ignore[union-attr]
+        if isinstance(sp, dict):
+            v, a, b = sp["version"], sp["start"], sp["end"]
+        else:  # a [version, start, end] triple
+            v, a, b = sp
+        out[int(a) : min(int(b), n)] = [str(v)] * max(0, min(int(b), n) - int(a))
+    return tuple(out)
+
+
 def _generation(data: dict) -> Generation:
-    """SGLang's response: ``output_ids`` and ``meta_info`` (logprobs as [lp, id, text])."""
+    """SGLang's response: ``output_ids`` and ``meta_info`` (logprobs as [lp, id, text],
+    ``weight_version`` and, when the weights changed under it, ``weight_versions``)."""
     try:
         meta = data["meta_info"]
         ids = [int(t) for t in data["output_ids"]]
@@ -217,8 +322,33 @@ def _generation(data: dict) -> Generation:
         finish = meta.get("finish_reason") or {}
         kind = finish.get("type", "length") if isinstance(finish, dict) else str(finish)
         version = str(meta.get("weight_version", ""))
+        versions = _span_versions(meta.get("weight_versions"), len(ids), version)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise InferenceError(f"unreadable generate response: {e!r}") from None
     if len(lps) != len(ids):
         raise InferenceError(f"{len(ids)} output ids but {len(lps)} logprobs")
-    return Generation(ids, lps, kind, version)
+    return Generation(ids, lps, kind, version, versions)
+
+
+def _vllm_generation(data: dict) -> Generation:
+    """vLLM's ``/inference/v1/generate`` response: ``choices[0]`` with ``token_ids``,
+    ``logprobs.content[].logprob``, ``finish_reason`` and ``weight_versions`` spans."""
+    try:
+        choice = data["choices"][0]
+        ids = [int(t) for t in choice["token_ids"]]
+        content = (choice.get("logprobs") or {}).get("content") or []
+        lps = [float(item["logprob"]) for item in content]
+        kind = str(choice.get("finish_reason") or "length")
+        spans = choice.get("weight_versions") or []
+        version = str(_span_last(spans) if spans else "")
+        versions = _span_versions(spans, len(ids), version)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise InferenceError(f"unreadable generate response: {e!r}") from None
+    if len(lps) != len(ids):
+        raise InferenceError(f"{len(ids)} output ids but {len(lps)} logprobs")
+    return Generation(ids, lps, kind, version, versions)
+
+
+def _span_last(spans: list) -> str:
+    sp = spans[-1]
+    return str(sp["version"] if isinstance(sp, dict) else sp[0])

@@ -295,6 +295,7 @@ async def serve(cfg: RunConfig, run_dir: Path, tasks_file: str | None) -> None:
                 client = InferenceClient(
                     list(cfg.inference.urls), session,
                     timeout_s=cfg.inference.timeout_s, retries=cfg.inference.retries,
+                    backend=cfg.inference.backend,
                 )  # fmt: skip
             buffer = TrajectoryBuffer(
                 run_dir / cfg.rollout.buffer_dir, cfg.rollout.buffer_max_groups

@@ -413,12 +413,33 @@ class RewardConfig:
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    """The inference servers speaking SGLang's HTTP API."""
+    """The inference engine: the embedded server, or a real SGLang or vLLM server."""
 
-    backend: Literal["embedded", "sglang"] = option(
-        "embedded", "`embedded` starts `python -m learner.serve`; `sglang` uses `urls`."
+    backend: Literal["embedded", "sglang", "vllm"] = option(
+        "embedded",
+        "`embedded` serves the policy with `python -m learner.serve` (SGLang's HTTP API); "
+        "`sglang` and `vllm` with the real engine, started by `learner.train` from an HF "
+        "export of the policy when `urls` is empty (`make engines` builds their venvs).",
     )
     urls: tuple[str, ...] = option((), "Inference servers; empty starts one locally.")
+    engine_python: str = option(
+        "",
+        "sglang/vllm started locally: the Python interpreter that has the engine installed; "
+        "empty: `.venv-sglang/bin/python` or `.venv-vllm/bin/python` in the repository.",
+    )
+    engine_args: tuple[str, ...] = option(
+        (),
+        "sglang/vllm started locally: extra command-line flags for the engine's server, "
+        'appended after the project\'s own (e.g. ["--tp-size", "8"]).',
+    )
+    engine_start_timeout_s: float = option(
+        900.0, "sglang/vllm started locally: seconds to wait for the server's health check.", gt=0
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = option(
+        "auto",
+        "What the sglang/vllm server computes in and the HF export is written in; `auto`: "
+        "the policy's parameter dtype (float32 for the tiny model).",
+    )
     host: str = option("127.0.0.1", "Address the embedded server binds to.")
     port: int = option(8902, "Port of the embedded server; 0 picks a free port.", ge=0, le=65535)
     temperature: float = option(1.0, "Sampling temperature.", ge=0, le=10)
@@ -573,7 +594,9 @@ class CheckpointConfig:
     every_steps: int = option(50, "Steps between saves.", ge=1)
     max_to_keep: int = option(3, "Committed checkpoints kept.", ge=1)
     export_hf: Literal["auto", "always", "never"] = option(
-        "auto", "Export safetensors for SGLang: `auto` does when the backend is sglang."
+        "auto",
+        "Export HF safetensors at each weight push: `auto` does when the backend is sglang "
+        "or vllm (their weight updates load it; written in `inference.dtype`).",
     )
 
 
@@ -710,11 +733,6 @@ def _check_cross_fields(c: RunConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: mesh.process_id = {c.mesh.process_id}: expected a value in "
             f"[0, {c.mesh.num_processes - 1}] (mesh.num_processes = {c.mesh.num_processes})"
-        )
-    if c.inference.backend == "sglang" and not c.inference.urls:
-        raise ConfigError(
-            f"{source}: inference.urls = []: expected at least one server URL when "
-            "inference.backend = 'sglang'"
         )
     buckets = c.learner.length_buckets
     if not buckets or any(b <= 0 for b in buckets) or list(buckets) != sorted(set(buckets)):

@@ -402,3 +402,13 @@ async def test_a_weight_update_through_the_client_ends_no_running_generation(ser
         assert g.finish in ("stop", "length") and g.finish != "abort"
         assert g.finish == "stop" or len(g.output_ids) == 400
     assert {g.weight_version for g in done} == {"retracted-update"}
+    # each token's version as the server answered it: the tokens generated before the
+    # update under the old one, the rest under the new one (held in place, they went on)
+    cuts = []
+    for g in done:
+        versions = g.token_versions()
+        assert len(versions) == len(g.output_ids) and versions[-1] == "retracted-update"
+        cuts.append(versions.index("retracted-update"))
+        assert "retracted-update" not in versions[: cuts[-1]]
+        assert set(versions[cuts[-1] :]) == {"retracted-update"}
+    assert max(cuts) > 0  # they had begun: their first tokens carry the old version

@@ -89,3 +89,45 @@ async def test_a_weight_update_pauses_with_retract_then_continues(stand_in):
     ]
     assert state["calls"][0][1] == {"mode": "retract"}
     assert state["calls"][1][1]["abort_all_requests"] is False
+
+
+async def test_each_tokens_version_comes_from_the_servers_spans(stand_in):
+    """SGLang's ``weight_versions`` spans (``[start, end)`` over the output) give every
+    token its own version: 2 tokens of "7", then 3 of "8"; without spans, all "8"."""
+    state, client = stand_in
+    spans = reply([4, 5, 6, 7, 2], {"type": "stop", "matched": 2}, version="8")
+    spans["meta_info"]["weight_versions"] = [
+        {"version": "7", "start": 0, "end": 2},
+        {"version": "8", "start": 2, "end": 5},
+    ]
+    state["answers"] = [spans, reply([4, 2], {"type": "stop", "matched": 2}, version="8")]
+    g = await client.generate([1, 2, 3], Sampling(max_new_tokens=16))
+    assert g.token_versions() == ["7", "7", "8", "8", "8"] and g.weight_version == "8"
+    g = await client.generate([1, 2, 3], Sampling(max_new_tokens=16))
+    assert g.token_versions() == ["8", "8"]
+
+
+def test_vllm_replies_are_read_with_their_spans():
+    """vLLM's ``/inference/v1/generate`` choice: ids, ``logprobs.content``, spans."""
+    from rollout.inference import _vllm_generation
+
+    data = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "token_ids": [9, 8, 7],
+                "logprobs": {"content": [{"token_id": t, "logprob": -0.25 * t} for t in (9, 8, 7)]},
+                "weight_versions": [
+                    {"version": "3", "start": 0, "end": 1},
+                    {"version": "4", "start": 1, "end": 3},
+                ],
+            }
+        ]
+    }
+    g = _vllm_generation(data)
+    assert g.output_ids == [9, 8, 7] and g.logprobs == [-2.25, -2.0, -1.75]
+    assert (g.finish, g.weight_version, g.token_versions()) == ("length", "4", ["3", "4", "4"])
+    data["choices"][0]["logprobs"]["content"].pop()
+    with pytest.raises(InferenceError, match="3 output ids but 2 logprobs"):
+        _vllm_generation(data)

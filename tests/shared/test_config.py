@@ -129,7 +129,7 @@ def test_overrides_parse_toml_values_and_bare_words(tmp_path):
         (["web.port=70000"], "web.port = 70000: expected a value in [0, 65535]"),
         (["rollout.group_size=1"], "rollout.group_size = 1: expected a value in [2, 1024]"),
         (["mesh.process_id=2"], "mesh.process_id = 2: expected a value in [0, 0]"),
-        (["inference.backend=sglang"], "inference.urls = []: expected at least one server URL"),
+        (["inference.backend=tgi"], "inference.backend = 'tgi': expected one of"),
         (["learner.length_buckets=[512, 256]"], "learner.length_buckets = [512, 256]: expected"),
         (["inference.observation_tokens=2000"], "inference.observation_tokens = 2000: expected"),
         (["env=api"], "expected section.key=value, e.g. env.mode=som"),

@@ -1,0 +1,289 @@
+"""The real engines, SGLang and vLLM, on the CPU, driven by the rollout's own client.
+
+Each engine is started the way ``learner.train`` starts it (``python -m learner.engines``
+as a child of :class:`learner.embedded.Children`, from the project's ``.venv-sglang`` /
+``.venv-vllm``, built by ``make engines``) on small policies exported by the learner: the
+tiny model (head_dim 32) and one with head_dim 64, in float32. What is checked:
+
+- the engine's logprob of every sampled token equals the learner's own (the train step's
+  ``token_logprobs``) within 1e-4;
+- a weight update through the client serves the new checkpoint's logprobs exactly as the
+  learner computes them, with the new version on every token;
+- generations running across an update all finish (none lost or cut short), and every
+  token's recorded version is the one whose weights give its logprob;
+- a wrong weight path is a loud error and leaves the served weights as they were;
+- an engine killed mid-generation is an infrastructure error (``InferenceError``), and
+  it is started again on the newest export, which the client then reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from learner import decoder
+from learner.decoder import Options
+from learner.embedded import Children
+from learner.engines import engine_python, untied_export
+from learner.hf import export_hf
+from learner.logprobs import chunked_token_logprobs
+from learner.model import Model, get_params, tiny_config
+from learner.step import token_logprobs
+from rollout.inference import InferenceClient, InferenceError, Sampling
+from shared.config import InferenceConfig, LearnerConfig
+from shared.tokenizer import TINY_TOKENIZER_DIR
+from tests.learner.helpers import randomized
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.engines]
+
+BACKENDS = ("sglang", "vllm")
+PROMPT = [1, 882, 198, 3920, 340, 1095, 30, 2, 198, 1, 3513, 198]
+TOL_F32 = 1e-4
+STOPS = (2, 0)
+LONG = 1000  # new tokens of a generation that runs across an update (context 1,024)
+
+
+def policy(seed: int, **shape) -> Model:
+    return randomized(Model(tiny_config(**shape), rngs=nnx.Rngs(seed)), scale=0.05, seed=seed)
+
+
+def learner_logprobs(model: Model, seq: list[int], temperature: float = 1.0) -> np.ndarray:
+    """log p(seq[t] | seq[:t]) for t >= 1 through the train step's logprob path."""
+    t = 256 if len(seq) <= 256 else 1024  # two shapes: two compilations
+    tokens = np.zeros((1, t), np.int32)
+    targets = np.zeros((1, t), np.int32)
+    tokens[0, : len(seq) - 1] = seq[:-1]
+    targets[0, : len(seq) - 1] = seq[1:]
+    attn = (np.arange(t) < len(seq) - 1).astype(np.int32)[None]
+    batch = {
+        "tokens_bt": jnp.asarray(tokens),
+        "targets_bt": jnp.asarray(targets),
+        "positions_bt": jnp.arange(t)[None],
+        "attn_bt": jnp.asarray(attn),
+    }
+    if temperature == 1.0:  # the train step's own function
+        logp, _ = token_logprobs(model, get_params(model), batch, LearnerConfig())
+    else:  # its parts, with the sampling temperature (as the rollout logprobs are taken)
+        params = get_params(model)
+        segments = batch["attn_bt"]
+        h, _ = decoder.hidden(
+            model.cfg, params, batch["tokens_bt"], batch["positions_bt"], segments, Options()
+        )
+        logp, _ = chunked_token_logprobs(
+            h, functools.partial(decoder.unembed, model.cfg, params), batch["targets_bt"],
+            chunk=0, temperature=temperature, with_entropy=False,
+        )  # fmt: skip
+    return np.asarray(logp)[0, : len(seq) - 1]
+
+
+def gap(model: Model, prompt: list[int], gen, temperature: float = 1.0) -> float:
+    """Largest |engine - learner| over a generation's tokens."""
+    ours = learner_logprobs(model, prompt + gen.output_ids, temperature)[len(prompt) - 1 :]
+    return float(np.max(np.abs(np.asarray(gen.logprobs) - ours)))
+
+
+def available(backend: str) -> bool:
+    return Path(engine_python(InferenceConfig(backend=backend))).exists()
+
+
+class Engine:
+    """One engine behind ``learner.engines``, its export root and the models it served."""
+
+    def __init__(self, backend: str, root: Path, children: Children, url: str, models: dict):
+        self.backend, self.root, self.children, self.url = backend, root, children, url
+        self.models = models  # weight version -> the learner's model with those weights
+
+    def export(self, version: int, model: Model) -> Path:
+        self.models[str(version)] = model
+        return export_hf(
+            model, self.root / "hf" / str(version), tokenizer_dir=TINY_TOKENIZER_DIR,
+            dtype="float32", untie=untied_export(self.backend),
+        )  # fmt: skip
+
+    def client(self, session: aiohttp.ClientSession, **kw) -> InferenceClient:
+        return InferenceClient([self.url], session, timeout_s=300, backend=self.backend, **kw)
+
+
+def start_engine(backend: str, tmp: Path, model: Model, name: str) -> Engine:
+    if not available(backend):
+        pytest.fail(f"{backend}: {engine_python(InferenceConfig(backend=backend))} is missing; "
+                    "`make engines` builds it (make test does)")  # fmt: skip
+    root = tmp / name
+    children = Children(root / "logs")
+    eng = Engine(backend, root, children, "", {})
+    first = eng.export(0, model)
+    try:
+        eng.url = children.start(
+            "inference",
+            ["learner.engines", "--hf", str(first), "--set", f"inference.backend={backend}",
+             "--set", "inference.max_context_tokens=1024"],
+            timeout=900,
+        )  # fmt: skip
+    except Exception:
+        children.stop()
+        raise
+    return eng
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine(request, tmp_path_factory):
+    eng = start_engine(request.param, tmp_path_factory.mktemp("engines"), policy(11), "tiny")
+    yield eng
+    eng.children.stop()
+
+
+async def sample(eng: Engine, n: int, *, temperature=1.0, max_new=24, seed0=0, **kw) -> list:
+    async with aiohttp.ClientSession() as session:
+        client = eng.client(session, **kw)
+        return await asyncio.gather(
+            *(
+                client.generate(
+                    PROMPT[: 6 + i],
+                    Sampling(
+                        temperature, max_new_tokens=max_new, stop_token_ids=STOPS, seed=seed0 + i
+                    ),
+                )
+                for i in range(n)
+            )
+        )
+
+
+# ----------------------------------------------------------------------------- logprobs
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+async def test_the_engines_logprobs_are_the_learners(engine, temperature):
+    gens = await sample(engine, 3, temperature=temperature)
+    current = max(engine.models, key=int)
+    for i, g in enumerate(gens):
+        assert g.output_ids and g.finish in ("stop", "length")
+        assert set(g.token_versions()) == {current}
+        assert gap(engine.models[current], PROMPT[: 6 + i], g, temperature) < TOL_F32
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_head_dim_64_logprobs_are_the_learners(backend, tmp_path):
+    model = policy(5, head_dim=64, num_heads=2, num_kv_heads=1)
+    eng = start_engine(backend, tmp_path, model, "hd64")
+    try:
+        gens = await sample(eng, 3)
+    finally:
+        eng.children.stop()
+    for i, g in enumerate(gens):
+        assert g.output_ids and g.token_versions() == ["0"] * len(g.output_ids)
+        assert gap(model, PROMPT[: 6 + i], g) < TOL_F32
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+async def test_a_weight_update_serves_the_new_checkpoint(engine):
+    before = max(engine.models, key=int)
+    new = str(int(before) + 1)
+    path = engine.export(int(new), policy(int(new) + 100))
+    async with aiohttp.ClientSession() as session:
+        await engine.client(session).update_weights(str(path), new)
+    gens = await sample(engine, 3, seed0=50)
+    for i, g in enumerate(gens):
+        assert set(g.token_versions()) == {new}
+        assert gap(engine.models[new], PROMPT[: 6 + i], g) < TOL_F32
+        # and not the old weights' (a client that loaded nothing would pass the version
+        # check against a server that ignores the path, never this one)
+        assert gap(engine.models[before], PROMPT[: 6 + i], g) > 1e-2
+
+
+async def test_generations_across_an_update_finish_with_each_tokens_version(engine):
+    old = max(engine.models, key=int)
+    new = str(int(old) + 1)
+    path = engine.export(int(new), policy(int(new) + 100))
+    async with aiohttp.ClientSession() as session:
+        client = engine.client(session, retries=0)  # an abort would fail, not be retried
+        running = [
+            asyncio.create_task(
+                client.generate(PROMPT, Sampling(1.0, max_new_tokens=LONG, seed=i, ignore_eos=True))
+            )
+            for i in range(4)
+        ]
+        await asyncio.sleep(0.3)
+        assert not any(t.done() for t in running), "the generations ended before the update"
+        await client.update_weights(str(path), new)
+        gens = await asyncio.gather(*running)
+    spanning = [len(set(g.token_versions())) == 2 for g in gens]
+    if engine.backend == "sglang":  # retracted, then recomputed and continued on the new
+        assert any(spanning)
+    else:  # vLLM's pause mode=wait: they end on the weights they began with
+        assert not any(spanning) and {v for g in gens for v in g.token_versions()} == {old}
+    for g in gens:
+        assert g.finish == "length" and len(g.output_ids) == LONG
+        versions = g.token_versions()
+        assert set(versions) <= {old, new}
+        assert versions == sorted(versions, key=int)  # old tokens, then new ones
+        # each token's logprob is that of the weights its recorded version names
+        seq = PROMPT + g.output_ids
+        for v in set(versions):
+            ours = learner_logprobs(engine.models[v], seq)[len(PROMPT) - 1 :]
+            at = np.asarray(versions) == v
+            assert np.max(np.abs(np.asarray(g.logprobs)[at] - ours[at])) < TOL_F32, v
+
+
+async def test_a_wrong_weight_path_fails_loudly_and_changes_nothing(engine):
+    current = max(engine.models, key=int)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(InferenceError, match="weight update to 999 failed"):
+            await engine.client(session).update_weights(str(engine.root / "no-such-dir"), "999")
+    gens = await sample(engine, 2, seed0=70)
+    for i, g in enumerate(gens):
+        assert set(g.token_versions()) == {current}
+        assert gap(engine.models[current], PROMPT[: 6 + i], g) < TOL_F32
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def engine_pids(children: Children) -> list[int]:
+    """The engine's processes: the wrapper's group, less the wrapper."""
+    (_, wrapper), = children.procs  # fmt: skip
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != wrapper.pid:
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == wrapper.pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine):
+    current = max(engine.models, key=int)
+    async with aiohttp.ClientSession() as session:
+        client = engine.client(session, retries=1)
+        running = asyncio.create_task(
+            client.generate(PROMPT, Sampling(1.0, max_new_tokens=LONG, ignore_eos=True))
+        )
+        await asyncio.sleep(0.3)
+        assert not running.done()
+        for pid in engine_pids(engine.children):
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(InferenceError):
+            await running
+        deadline = time.monotonic() + 600
+        while not (await client.health())[engine.url]:
+            assert time.monotonic() < deadline, "the engine was not restarted"
+            assert engine.children.procs[0][1].poll() is None, "the wrapper gave up"
+            await asyncio.sleep(2)
+    gens = await sample(engine, 2, seed0=90)
+    for i, g in enumerate(gens):  # restarted on the newest export, as its version
+        assert set(g.token_versions()) == {current}
+        assert gap(engine.models[current], PROMPT[: 6 + i], g) < TOL_F32
