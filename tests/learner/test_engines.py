@@ -287,3 +287,62 @@ async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine)
     for i, g in enumerate(gens):  # restarted on the newest export, as its version
         assert set(g.token_versions()) == {current}
         assert gap(engine.models[current], PROMPT[: 6 + i], g) < TOL_F32
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from learner.embedded import Children
+children = Children(Path(sys.argv[1]))
+print(children.start("inference", ["learner.engines", "--hf", sys.argv[2],
+                                   "--set", "inference.backend=" + sys.argv[3]],
+                     timeout=900), flush=True)
+time.sleep(900)
+"""
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_engine_ends_when_the_run_that_started_it_is_killed(backend, tmp_path):
+    """SIGKILL leaves learner.train no way to stop its children: the engine's wrapper
+    watches it (shared.lifeline) and stops its group, the engine's every process with it
+    (vLLM's EngineCore and Worker outlive a SIGKILLed API server otherwise)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    if not available(backend):
+        pytest.fail(f"{backend}: not installed; `make engines` builds it")
+    hf = export_hf(
+        policy(3), tmp_path / "hf" / "0", tokenizer_dir=TINY_TOKENIZER_DIR, dtype="float32",
+        untie=untied_export(backend),
+    )  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "logs"), str(hf), backend],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert parent.stdout.readline().startswith("http://127.0.0.1:")
+        pgid = int((tmp_path / "logs" / "children.pids").read_text().split()[1])
+        assert len(group_members(pgid)) >= 3  # the wrapper, the server and its workers
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert group_members(pgid) == []
+    finally:
+        parent.kill()
