@@ -53,6 +53,15 @@ from shared.lifeline import watch_parent
 log = logging.getLogger("learner.engines")
 REPO = Path(__file__).resolve().parents[1]
 HEALTH = {"sglang": "/health", "vllm": "/health"}
+# The policy is a local directory: nothing is fetched, and no usage report is sent (a
+# path that does not exist would otherwise be looked up on the Hugging Face hub).
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,7 @@ def launch(
     come after them and win where the engine takes the last of a repeated flag."""
     gpu = on_gpu() if gpu is None else gpu
     host, py = "127.0.0.1", engine_python(inf)
-    env: dict[str, str] = {}
+    env = dict(OFFLINE)
     if inf.backend == "sglang":
         argv = [
             py, "-m", "sglang.launch_server", "--model-path", str(model_dir),

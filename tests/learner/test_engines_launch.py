@@ -4,7 +4,7 @@ them)."""
 
 from __future__ import annotations
 
-from learner.engines import REPO, engine_python, launch, newest_export, served_dtype
+from learner.engines import OFFLINE, REPO, engine_python, launch, newest_export, served_dtype
 from shared.config import InferenceConfig
 
 
@@ -19,9 +19,10 @@ def test_the_sglang_command_on_a_cpu_and_on_a_gpu():
                  "--context-length 640", "--device cpu", "--attention-backend torch_native"):  # fmt: skip
         assert flag in joined
     assert cpu.argv[-2:] == ["--tp-size", "2"]  # the user's flags come last
-    assert cpu.env == {"SGLANG_USE_CPU_ENGINE": "1"}
+    assert cpu.env == {**OFFLINE, "SGLANG_USE_CPU_ENGINE": "1"}
+    assert cpu.env["HF_HUB_OFFLINE"] == "1"  # a wrong path is not looked up on the hub
     gpu = launch(inf, "/m", 4000, "bfloat16", gpu=True)
-    assert "--device" not in gpu.argv and gpu.env == {} and "bfloat16" in gpu.argv
+    assert "--device" not in gpu.argv and gpu.env == OFFLINE and "bfloat16" in gpu.argv
 
 
 def test_the_vllm_command_asks_for_token_io_and_processed_logprobs():
@@ -32,7 +33,7 @@ def test_the_vllm_command_asks_for_token_io_and_processed_logprobs():
     for flag in ("--model /m", "--enable-scale-out", "--logprobs-mode processed_logprobs",
                  "--skip-tokenizer-init", "--max-model-len 1024", "--enforce-eager"):  # fmt: skip
         assert flag in joined
-    assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert spec.env["VLLM_SERVER_DEV_MODE"] == "1" and spec.env["VLLM_NO_USAGE_STATS"] == "1"
     assert "--enforce-eager" not in launch(inf, "/m", 1, "float32", gpu=True).argv
 
 
