@@ -59,3 +59,21 @@ def test_the_environment_has_exactly_the_locked_versions():
         if have != version:
             wrong[name] = (version, have)
     assert not wrong, f"installed versions differ from the lock (make setup-test): {wrong}"
+
+
+def test_building_the_project_prints_no_deprecation(tmp_path):
+    """``make setup`` installs the project (``pip install -e .``): its metadata is what
+    setuptools expects today (an SPDX ``license`` string, not the deprecated table that
+    printed a warning box per build step)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
+         str(ROOT), "-w", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = out.stdout + out.stderr
+    assert list(tmp_path.glob("deep_research_harness-*.whl")), log[-3000:]
+    assert "deprecat" not in log.lower(), log[-3000:]
