@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from learner.grpo import group_advantages
+from learner.grpo import ADV_DDOF, RUN, group_advantages
 from shared.wire import TrajectoryGroup, WireError, check_values
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,10 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
 
 
 def advantages(
-    groups: Sequence[TrajectoryGroup], *, scale: bool = True, ddof: int = 0
+    groups: Sequence[TrajectoryGroup],
+    *,
+    scale: bool = RUN.scale_rewards,
+    ddof: int = ADV_DDOF[RUN.adv_std],
 ) -> tuple[list[np.ndarray], list[bool]]:
     """Per group: its rows' advantages (rows,) and whether it has reward variance (is kept).
 
@@ -132,13 +135,13 @@ def pack(
     *,
     rows: int,
     buckets: Sequence[int],
-    scale_rewards: bool = True,
-    adv_ddof: int = 0,
+    scale_rewards: bool = RUN.scale_rewards,
+    adv_ddof: int = ADV_DDOF[RUN.adv_std],
     policy_version: int | None = None,
     max_staleness: int | None = None,
     with_old_logp: bool = False,
     pad_id: int = 0,
-    packing: bool = False,
+    packing: bool = RUN.packing,
     slots: int | None = None,
 ) -> Packed:
     """Pack the kept groups' trajectories into ``rows`` rows of one length bucket.

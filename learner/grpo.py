@@ -27,16 +27,23 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from shared.config import LearnerConfig
+
 Aggregation = Literal["token_mean", "seq_mean_token_mean", "constant"]
+
+# The keyword defaults here and in learner.batching are the run config's (stated once,
+# in shared/config.py), so the step used as a library computes what a run computes.
+RUN = LearnerConfig()
+ADV_DDOF = {"population": 0, "sample": 1}  # learner.adv_std -> the std's ddof
 
 
 def group_advantages(
     rewards_b: jax.Array,
     group_size: int,
     *,
-    scale: bool = True,
+    scale: bool = RUN.scale_rewards,
     eps: float = 1e-6,
-    ddof: int = 0,
+    ddof: int = ADV_DDOF[RUN.adv_std],
 ) -> tuple[jax.Array, jax.Array]:
     """(advantages (B,), keep (B,)): group-normalised rewards, and 0/1 for groups with
     reward variance. std is over the group with ``ddof``: 0 the population std, 1 the
@@ -58,14 +65,14 @@ def grpo_loss(
     adv_b: jax.Array,
     mask_bt: jax.Array,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: Aggregation = "token_mean",
+    clip_low: float = RUN.clip_eps_low,
+    clip_high: float = RUN.clip_eps_high,
+    agg: Aggregation = RUN.loss_agg,
     constant: float | None = None,
     ref_logp_bt: jax.Array | None = None,
-    kl_coef: float = 0.0,
+    kl_coef: float = RUN.kl_coef,
     rollout_logp_bt: jax.Array | None = None,
-    tis_cap: float = 0.0,
+    tis_cap: float = RUN.tis_cap,
     denominator: jax.Array | None = None,
     segment_bt: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:

@@ -28,6 +28,7 @@ from flax import nnx
 from learner.batching import pack
 from learner.checkpoint import Checkpointer
 from learner.errors import CheckpointSaveError
+from learner.grpo import ADV_DDOF
 from learner.model import Model, get_params, set_params, tiny_config
 from learner.sharding import make_mesh, shard
 from learner.source import GroupSource
@@ -99,7 +100,7 @@ class Trainer:
         kw = dict(
             buckets=lc.length_buckets,
             scale_rewards=lc.scale_rewards,
-            adv_ddof=1 if lc.adv_std == "sample" else 0,
+            adv_ddof=ADV_DDOF[lc.adv_std],
             policy_version=self.version,
             max_staleness=lc.max_staleness,
             pad_id=self.model.cfg.pad_token_id or 0,

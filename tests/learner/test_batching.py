@@ -48,7 +48,7 @@ def test_first_fit_decreasing_places_longest_first():
 def test_packed_layout_by_hand():
     # sizes a0 4, a1 2, b0 2, b1 1 in 3 rows of bucket 4 (the longest, 4 positions, fits 4):
     # FFD: a0 -> row 0; a1 -> row 1 cols 0-1; b0 -> row 1 cols 2-3; b1 -> row 2
-    p = pack(_small_groups(), rows=3, buckets=(4, 8), packing=True)
+    p = pack(_small_groups(), rows=3, buckets=(4, 8), packing=True, adv_ddof=0)
     x = p.arrays
     assert p.shape == (3, 4)
     np.testing.assert_array_equal(
@@ -97,7 +97,7 @@ def test_falls_back_to_a_larger_bucket_then_refuses():
 
 
 def test_unpacked_rows_get_one_segment_and_the_row_advantage():
-    p = pack(_small_groups(), rows=5, buckets=(4, 8))
+    p = pack(_small_groups(), rows=5, buckets=(4, 8), adv_ddof=0)
     x = p.arrays
     np.testing.assert_array_equal(x["segment_bt"], x["attn_bt"])
     np.testing.assert_allclose(x["adv_b"], [1, -1, -1, 1, 0], atol=1e-5)

@@ -11,7 +11,7 @@ from learner.grpo import agg_denominator, aggregate, group_advantages, grpo_loss
 def test_group_advantages_normalise_within_each_group():
     # group 1: [1, 0, 1, 0]: mean 0.5, population std 0.5 -> (+-0.5)/0.5 = +-1
     # group 2: [2, 2, 2, 2]: no variance -> dropped (advantage 0, keep 0)
-    adv, keep = group_advantages(jnp.array([1.0, 0, 1, 0, 2, 2, 2, 2]), 4, eps=0.0)
+    adv, keep = group_advantages(jnp.array([1.0, 0, 1, 0, 2, 2, 2, 2]), 4, eps=0.0, ddof=0)
     np.testing.assert_allclose(adv, [1, -1, 1, -1, 0, 0, 0, 0], atol=1e-6)
     np.testing.assert_array_equal(keep, [1, 1, 1, 1, 0, 0, 0, 0])
 
@@ -56,7 +56,7 @@ def test_dr_grpo_advantages_are_only_centred():
 
 def test_eps_guards_the_division():
     # [1, 0]: std 0.5, eps 0.5 -> 0.5 / (0.5 + 0.5) = 0.5
-    adv, _ = group_advantages(jnp.array([1.0, 0.0]), 2, eps=0.5)
+    adv, _ = group_advantages(jnp.array([1.0, 0.0]), 2, eps=0.5, ddof=0)
     np.testing.assert_allclose(adv, [0.5, -0.5])
 
 

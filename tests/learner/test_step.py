@@ -38,7 +38,7 @@ def test_pack_shifts_for_next_token_and_drops_flat_groups():
     b = TrajectoryGroup(
         "b", "t", [_traj("b", i, [1, 2, 3], [0, 1, 1], [0, -1, -1], 1.0) for i in range(2)]
     )
-    p = pack([b, a], rows=6, buckets=(2, 4, 8))
+    p = pack([b, a], rows=6, buckets=(2, 4, 8), adv_ddof=0)
     x = p.arrays
     # longest sequence has 4 tokens -> 3 prediction positions -> bucket 4
     assert p.shape == (6, 4)

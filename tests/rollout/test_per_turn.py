@@ -218,7 +218,7 @@ def test_the_per_turn_advantage_is_the_episodes():
     g = TrajectoryGroup(
         "g", "t", [turn(0, 0, 1.0), turn(0, 1, 1.0), turn(0, 2, 1.0), turn(1, 0, 0.0)]
     )
-    (adv,), (keep,) = advantages([g])
+    (adv,), (keep,) = advantages([g], ddof=0)
     np.testing.assert_allclose(adv, [1.0, 1.0, 1.0, -1.0], atol=1e-5)
     assert keep
 
