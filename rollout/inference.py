@@ -179,7 +179,7 @@ class InferenceClient:
             try:
                 data = await self._post(server, path, body)
                 server.failures, server.healthy = 0, True
-                gen = _vllm_generation(data) if self.vllm else _generation(data)
+                gen = _read(_vllm_generation if self.vllm else _generation, data)
                 if gen.finish == "abort":  # cut short by the server, not ended by the model
                     last = _Retryable(f"{server.url}{path}: the request was aborted")
                     continue
@@ -312,35 +312,34 @@ def _span_versions(spans: object, n: int, last: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _generation(data: dict) -> Generation:
+def _generation(data: dict) -> tuple:
     """SGLang's response: ``output_ids`` and ``meta_info`` (logprobs as [lp, id, text],
     ``weight_version`` and, when the weights changed under it, ``weight_versions``)."""
-    try:
-        meta = data["meta_info"]
-        ids = [int(t) for t in data["output_ids"]]
-        lps = [float(item[0]) for item in meta["output_token_logprobs"]]
-        finish = meta.get("finish_reason") or {}
-        kind = finish.get("type", "length") if isinstance(finish, dict) else str(finish)
-        version = str(meta.get("weight_version", ""))
-        versions = _span_versions(meta.get("weight_versions"), len(ids), version)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise InferenceError(f"unreadable generate response: {e!r}") from None
-    if len(lps) != len(ids):
-        raise InferenceError(f"{len(ids)} output ids but {len(lps)} logprobs")
-    return Generation(ids, lps, kind, version, versions)
+    meta = data["meta_info"]
+    ids = [int(t) for t in data["output_ids"]]
+    lps = [float(item[0]) for item in meta["output_token_logprobs"]]
+    finish = meta.get("finish_reason") or {}
+    kind = finish.get("type", "length") if isinstance(finish, dict) else str(finish)
+    return ids, lps, kind, str(meta.get("weight_version", "")), meta.get("weight_versions")
 
 
-def _vllm_generation(data: dict) -> Generation:
+def _vllm_generation(data: dict) -> tuple:
     """vLLM's ``/inference/v1/generate`` response: ``choices[0]`` with ``token_ids``,
     ``logprobs.content[].logprob``, ``finish_reason`` and ``weight_versions`` spans."""
+    choice = data["choices"][0]
+    ids = [int(t) for t in choice["token_ids"]]
+    content = (choice.get("logprobs") or {}).get("content") or []
+    lps = [float(item["logprob"]) for item in content]
+    spans = choice.get("weight_versions") or []
+    version = _span_last(spans) if spans else ""
+    return ids, lps, str(choice.get("finish_reason") or "length"), version, spans
+
+
+def _read(parse, data: dict) -> Generation:
+    """A reply read by ``parse`` into a checked :class:`Generation`, each token with its
+    version; an unreadable reply is an infrastructure error."""
     try:
-        choice = data["choices"][0]
-        ids = [int(t) for t in choice["token_ids"]]
-        content = (choice.get("logprobs") or {}).get("content") or []
-        lps = [float(item["logprob"]) for item in content]
-        kind = str(choice.get("finish_reason") or "length")
-        spans = choice.get("weight_versions") or []
-        version = str(_span_last(spans) if spans else "")
+        ids, lps, kind, version, spans = parse(data)
         versions = _span_versions(spans, len(ids), version)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise InferenceError(f"unreadable generate response: {e!r}") from None

@@ -38,11 +38,10 @@ from learner.engines import engine_python, untied_export
 from learner.hf import export_hf
 from learner.logprobs import chunked_token_logprobs
 from learner.model import Model, get_params, tiny_config
-from learner.step import token_logprobs
 from rollout.inference import InferenceClient, InferenceError, Sampling
-from shared.config import InferenceConfig, LearnerConfig
+from shared.config import InferenceConfig
 from shared.tokenizer import TINY_TOKENIZER_DIR
-from tests.learner.helpers import randomized
+from tests.learner.helpers import randomized, step_logprobs
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.engines]
 
@@ -58,31 +57,24 @@ def policy(seed: int, **shape) -> Model:
 
 
 def learner_logprobs(model: Model, seq: list[int], temperature: float = 1.0) -> np.ndarray:
-    """log p(seq[t] | seq[:t]) for t >= 1 through the train step's logprob path."""
-    t = 256 if len(seq) <= 256 else 1024  # two shapes: two compilations
-    tokens = np.zeros((1, t), np.int32)
-    targets = np.zeros((1, t), np.int32)
+    """log p(seq[t] | seq[:t]) for t >= 1: the train step's own function at temperature
+    1, its parts with the sampling temperature otherwise (the rollout logprobs' own)."""
+    pad = 256 if len(seq) <= 256 else 1024  # two shapes: two compilations
+    if temperature == 1.0:
+        return step_logprobs(model, seq, pad_to=pad)
+    params = get_params(model)
+    tokens = np.zeros((1, pad), np.int32)
+    targets = np.zeros((1, pad), np.int32)
     tokens[0, : len(seq) - 1] = seq[:-1]
     targets[0, : len(seq) - 1] = seq[1:]
-    attn = (np.arange(t) < len(seq) - 1).astype(np.int32)[None]
-    batch = {
-        "tokens_bt": jnp.asarray(tokens),
-        "targets_bt": jnp.asarray(targets),
-        "positions_bt": jnp.arange(t)[None],
-        "attn_bt": jnp.asarray(attn),
-    }
-    if temperature == 1.0:  # the train step's own function
-        logp, _ = token_logprobs(model, get_params(model), batch, LearnerConfig())
-    else:  # its parts, with the sampling temperature (as the rollout logprobs are taken)
-        params = get_params(model)
-        segments = batch["attn_bt"]
-        h, _ = decoder.hidden(
-            model.cfg, params, batch["tokens_bt"], batch["positions_bt"], segments, Options()
-        )
-        logp, _ = chunked_token_logprobs(
-            h, functools.partial(decoder.unembed, model.cfg, params), batch["targets_bt"],
-            chunk=0, temperature=temperature, with_entropy=False,
-        )  # fmt: skip
+    attn = jnp.asarray((np.arange(pad) < len(seq) - 1).astype(np.int32)[None])
+    h, _ = decoder.hidden(
+        model.cfg, params, jnp.asarray(tokens), jnp.arange(pad)[None], attn, Options()
+    )
+    logp, _ = chunked_token_logprobs(
+        h, functools.partial(decoder.unembed, model.cfg, params), jnp.asarray(targets),
+        chunk=0, temperature=temperature, with_entropy=False,
+    )  # fmt: skip
     return np.asarray(logp)[0, : len(seq) - 1]
 
 

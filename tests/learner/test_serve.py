@@ -18,7 +18,7 @@ from learner.hf import export_hf
 from learner.model import Model, get_params, tiny_config
 from shared.tokenizer import TINY_TOKENIZER_DIR
 from tests.conftest import start_server, stop_server
-from tests.learner.helpers import randomized, teacher_forced_logprobs
+from tests.learner.helpers import randomized, step_logprobs, teacher_forced_logprobs
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -334,9 +334,6 @@ async def test_qwen3_served_logprobs_equal_the_train_steps(tmp_path):
     """A Qwen3 model (per-head q/k norms, no biases, head_dim != hidden / heads) served from
     its HF export: sampled tokens' logprobs equal those of the train step's own path
     (blockwise attention, chunked logprobs, remat, layers scanned) within 1e-5."""
-    import jax.numpy as jnp
-
-    from learner.step import token_logprobs
     from shared.config import LearnerConfig
 
     cfg = tiny_config(model_type="qwen3", qkv_bias=False, qk_norm=True, head_dim=48)
@@ -360,21 +357,8 @@ async def test_qwen3_served_logprobs_equal_the_train_steps(tmp_path):
         log.close()
     assert status == 200
     seq = PROMPT + item["output_ids"]
-    t = 64
-    tokens = np.zeros((1, t), np.int32)
-    tokens[0, : len(seq) - 1] = seq[:-1]
-    targets = np.zeros((1, t), np.int32)
-    targets[0, : len(seq) - 1] = seq[1:]
-    attn = (np.arange(t) < len(seq) - 1).astype(np.int32)[None]
-    batch = {
-        "tokens_bt": jnp.asarray(tokens),
-        "targets_bt": jnp.asarray(targets),
-        "positions_bt": jnp.arange(t)[None],
-        "attn_bt": jnp.asarray(attn),
-    }
     lc = LearnerConfig(attention="blockwise", attention_block=16, logprob_chunk=16, remat="full")
-    logp, _ = token_logprobs(model, get_params(model), batch, lc)
-    ours = np.asarray(logp)[0, len(PROMPT) - 1 : len(seq) - 1]
+    ours = step_logprobs(model, seq, lc, pad_to=64)[len(PROMPT) - 1 :]
     served = [lp for lp, _, _ in item["meta_info"]["output_token_logprobs"]]
     np.testing.assert_allclose(served, ours, atol=1e-5, rtol=0)
 

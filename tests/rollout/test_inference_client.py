@@ -109,7 +109,7 @@ async def test_each_tokens_version_comes_from_the_servers_spans(stand_in):
 
 def test_vllm_replies_are_read_with_their_spans():
     """vLLM's ``/inference/v1/generate`` choice: ids, ``logprobs.content``, spans."""
-    from rollout.inference import _vllm_generation
+    from rollout.inference import _read, _vllm_generation
 
     data = {
         "choices": [
@@ -125,9 +125,9 @@ def test_vllm_replies_are_read_with_their_spans():
             }
         ]
     }
-    g = _vllm_generation(data)
+    g = _read(_vllm_generation, data)
     assert g.output_ids == [9, 8, 7] and g.logprobs == [-2.25, -2.0, -1.75]
     assert (g.finish, g.weight_version, g.token_versions()) == ("length", "4", ["3", "4", "4"])
     data["choices"][0]["logprobs"]["content"].pop()
     with pytest.raises(InferenceError, match="3 output ids but 2 logprobs"):
-        _vllm_generation(data)
+        _read(_vllm_generation, data)
