@@ -19,8 +19,9 @@ is skipped and counted; a response revalidated from the browser's cache is recor
 as the browser reported it; POST bodies with random parts (multipart boundaries)
 replay only if the archive's lookup matches them. Replay of redirects (see
 ``BrowserReplayer``): a redirected subresource is answered at the URL it asked for
-(a script sees no redirect), and a navigation is sent on with a GET, so a 307/308
-after a POST misses.
+(a script sees no redirect); a navigation is sent on to the target, and after a
+307/308 of a POST (or any method but GET and HEAD) that target is answered with what
+the re-sent request, method and body kept, got when recorded.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from urllib.parse import urljoin, urlsplit
 from playwright.async_api import BrowserContext, Request, Route
 from playwright.async_api import Error as PlaywrightError
 
-from rollout.archive import Exchange
+from rollout.archive import Exchange, normalise_url
 
 if TYPE_CHECKING:
     from rollout.archive import Archive, ArchiveWriter
@@ -48,6 +49,7 @@ KIND = "browser"
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 _SCHEMES = ("http://", "https://")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_KEEP_METHOD = frozenset({307, 308})  # the browser re-sends the method and the body
 MAX_REDIRECTS = 20  # as Chromium follows
 
 
@@ -226,7 +228,10 @@ class BrowserReplayer:
     redirect's target (``route._redirect_navigation_request``, which the ``goto`` in
     progress waits for; that request is routed again), and a subresource is answered
     with the end of its redirect chain, looked up hop by hop. The cookies a skipped
-    hop set are added to the context, so a login that redirects still signs in.
+    hop set are added to the context, so a login that redirects still signs in. The
+    navigation Playwright sends on is a GET; after a 307 or 308, which a browser follows
+    with the same method and body (a form POST re-posted), the replayer remembers them
+    and answers that GET with the recorded re-sent request's response.
     """
 
     def __init__(
@@ -241,6 +246,9 @@ class BrowserReplayer:
         self.misses: list[Miss] = []
         self.stats = {"served": 0, "misses": 0, "live": 0}
         self._live: set[Request] = set()  # continued to the network, for the fallback
+        # navigations sent on after a 307/308: normalised target URL -> (method, body)
+        # to look it up with, as the browser re-sent it when recorded
+        self._resend: dict[str, tuple[str, bytes]] = {}
 
     @classmethod
     async def attach(
@@ -280,12 +288,17 @@ class BrowserReplayer:
             if not request.url.startswith(_SCHEMES):
                 await route.continue_()
                 return
-            body = request.post_data_buffer or b""
-            found = self._lookup(request.method, request.url, body)
+            method, body = request.method, request.post_data_buffer or b""
+            navigation = request.is_navigation_request()
+            if navigation and method == "GET":
+                method, body = self._resend.pop(normalise_url(request.url), (method, body))
+            found = self._lookup(method, request.url, body)
             target = _redirect_target(found) if found is not None else None
             if found is not None and target is not None:
                 await self._set_cookies(found)
-                if request.is_navigation_request():
+                if navigation:
+                    if found.status in _KEEP_METHOD and method not in ("GET", "HEAD"):
+                        self._resend[normalise_url(target)] = (method, body)
                     await _redirect_navigation(route, target)
                     return
                 found = await self._follow(found, target, body)

@@ -14,8 +14,8 @@ the same harness and the configured sampling. Episodes are scored by the run's
 training, so ``mean_reward`` is the training reward. ``--archive record`` writes every
 response the episodes get to a WARC archive (``OUT/archive`` or ``--archive-dir``),
 ``--archive replay`` answers them from it with nothing sent to the network (the
-local web need not run: ``--set web.url=...`` names where it was). ``--tasks FILE``
-runs tasks from a JSONL file of the same schema instead (``rollout.task_source =
+recorded web's address is mapped to this run's, so any run's archive replays). ``--tasks
+FILE`` runs tasks from a JSONL file of the same schema instead (``rollout.task_source =
 "file"``; their URLs must be allowed: extend ``env.allowed_hosts``). The local web is
 started as a child process unless ``web.url`` names a running one. ``--check-tasks``
 runs no episode: it loads the ``--n`` tasks of ``--split`` as an evaluation would and

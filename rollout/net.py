@@ -123,19 +123,22 @@ class Net:
         if self._writer is None and self.recording:
             from rollout.archive import ArchiveWriter
 
-            self._writer = ArchiveWriter(self._archive_dir(), max_bytes=self.env.archive_max_bytes)
+            self._writer = ArchiveWriter(
+                self._archive_dir(), max_bytes=self.env.archive_max_bytes, origin=self.web_url
+            )
         return self._writer
 
     @property
     def archive(self):
-        """The :class:`~rollout.archive.Archive` replayed from (None unless replaying)."""
+        """The :class:`~rollout.archive.Archive` replayed from (None unless replaying), at
+        this web's origin whatever origin it was recorded at."""
         if self._archive is None and self.archive_mode == "replay":
             from rollout.archive import Archive
 
             directory = self._archive_dir()
             if not directory.is_dir():
                 raise ValueError(f"env.archive = 'replay': no archive at {directory}")
-            self._archive = Archive.open(directory)
+            self._archive = Archive.open(directory, origin=self.web_url)
         return self._archive
 
     # ------------------------------------------------------------------ connections
