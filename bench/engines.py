@@ -16,7 +16,11 @@ other, each started as ``learner.train`` starts it (``learner.serve`` or
   returned for 8 sampled sequences (temperature 1) and the learner's (the train
   step's ``token_logprobs``) with the same weights.
 
-    python bench/engines.py [--engines embedded,sglang,vllm] [--head-dim 32]
+    python bench/engines.py [--engines embedded,sglang,vllm] [--head-dim 32] [--dtype bfloat16]
+
+``--dtype bfloat16`` exports and serves the policy in bf16 (``inference.dtype``); the gap is
+then to the learner in float32 on the same bf16-rounded weights (``learner.serve`` computes
+in float32 whatever it loads).
 
 Final line: {"bench": "engines", "model", "engines": {name: {...}}, "ratios":
 {"<engine>_over_embedded": {"decode_1", "decode_8", "decode_32", "prefill", "update"}}}
@@ -47,7 +51,7 @@ from flax import nnx  # noqa: E402
 
 from learner.embedded import Children  # noqa: E402
 from learner.engines import untied_export  # noqa: E402
-from learner.hf import export_hf  # noqa: E402
+from learner.hf import export_hf, load_hf  # noqa: E402
 from learner.model import Model, get_params, set_params, tiny_config  # noqa: E402
 from learner.step import token_logprobs  # noqa: E402
 from rollout.inference import InferenceClient, Sampling  # noqa: E402
@@ -80,8 +84,8 @@ def prompt(n: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(3, 4096, n)]
 
 
-def start(children: Children, engine: str, model_dir: Path) -> str:
-    cfg = ["--set", f"inference.max_context_tokens={MAX_LEN}"]
+def start(children: Children, engine: str, model_dir: Path, dtype: str) -> str:
+    cfg = ["--set", f"inference.max_context_tokens={MAX_LEN}", "--set", f"inference.dtype={dtype}"]
     if engine == "embedded":
         return children.start(
             engine, ["learner.serve", "--hf", str(model_dir), "--port", "0", "--max-len",
@@ -163,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated")
     parser.add_argument("--head-dim", type=int, default=32, choices=(32, 64))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = parser.parse_args(argv)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     bad = sorted(set(engines) - set(ENGINES))
@@ -174,18 +179,19 @@ def main(argv: list[str] | None = None) -> int:
         for engine in engines:
             dirs = [
                 export_hf(m, Path(tmp) / engine / "hf" / str(i), tokenizer_dir=TINY_TOKENIZER_DIR,
-                          dtype="float32", untie=untied_export(engine))
+                          dtype=args.dtype, untie=untied_export(engine))
                 for i, m in enumerate(models)
             ]  # fmt: skip
             updates = [dirs[1], dirs[2], dirs[1]]  # the last one loaded is models[1]
             print(f"== {engine}", file=sys.stderr, flush=True)
             with Children(LOGS) as children:
                 t0 = time.monotonic()
-                url = start(children, engine, dirs[0])
+                url = start(children, engine, dirs[0], args.dtype)
                 start_s = time.monotonic() - t0
                 out, sampled = asyncio.run(measure(url, engine, updates))
             out["start_s"] = round(start_s, 1)
-            out["logprob_max_abs_diff"] = logprob_gap(models[1], sampled)
+            served = load_hf(dirs[1]) if args.dtype != "float32" else models[1]  # as rounded
+            out["logprob_max_abs_diff"] = logprob_gap(served, sampled)
             results[engine] = out
             print(f"   {json.dumps(out)}", file=sys.stderr, flush=True)
     ratios = {}
@@ -199,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             "prefill": round(r["prefill_tok_s"] / base["prefill_tok_s"], 2),
             "update": round(base["update_s"] / r["update_s"], 2),
         }  # fmt: skip
-    model = f"tiny (head_dim {args.head_dim}), float32"
+    model = f"tiny (head_dim {args.head_dim}), {args.dtype}"
     print(json.dumps({"bench": "engines", "model": model, "engines": results, "ratios": ratios}))
     return 0
 
