@@ -2,7 +2,7 @@
 
     python -m learner.inspect CKPT [--step N] [--all] [--json]
     python -m learner.inspect CKPT --diff OTHER [--all] [--json]
-    python -m learner.inspect CKPT --export-hf OUT [--dtype bfloat16|float32]
+    python -m learner.inspect CKPT --export-hf OUT [--dtype bfloat16|float32] [--untie]
 
 ``CKPT`` is a checkpoint root (its latest committed step) or one step directory.
 The report lists the step, the model, the metrics and data cursor saved with it
@@ -11,7 +11,8 @@ parameter with shape, dtype, size and the sharding it was saved with, then total
 (reading metadata only: no array is loaded). ``--diff`` loads both checkpoints and
 reports the run-config and model-config keys that differ and, per tensor, both
 norms, the norm of the difference and the largest absolute difference.
-``--export-hf`` writes the directory SGLang's ``update_weights_from_disk`` loads.
+``--export-hf`` writes the directory SGLang's ``update_weights_from_disk`` loads (with
+``--untie``, a tied LM head written untied, as vLLM's in-place reload needs).
 
 Tables go to a terminal, with parameters whose names differ only in an index
 folded into one row (``layers.{0..27}.mlp.up_proj  x28``, norms over all of them
@@ -388,6 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diff", metavar="OTHER", help="compare with another checkpoint")
     parser.add_argument("--export-hf", metavar="OUT", help="write an HF (SGLang) directory")
     parser.add_argument(
+        "--untie",
+        action="store_true",
+        help="with --export-hf: write a tied LM head untied (the same matrix twice), for vLLM",
+    )
+    parser.add_argument(
         "--dtype",
         default="bfloat16",
         choices=("bfloat16", "float32"),
@@ -411,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result: dict[str, Any] = {}
         if args.export_hf:
-            out = export(path, args.export_hf, args.dtype)
+            out = export(path, args.export_hf, args.dtype, args.untie)
             result["exported"] = str(out)
             if not args.json:
                 console.print(f"exported {path} to {out} ({args.dtype})")
