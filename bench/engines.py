@@ -46,16 +46,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from learner.embedded import Children  # noqa: E402
 from learner.engines import untied_export  # noqa: E402
 from learner.hf import export_hf, load_hf  # noqa: E402
 from learner.model import Model, get_params, set_params, tiny_config  # noqa: E402
-from learner.step import token_logprobs  # noqa: E402
+from learner.step import row_logprobs  # noqa: E402
 from rollout.inference import InferenceClient, Sampling  # noqa: E402
-from shared.config import LearnerConfig  # noqa: E402
 from shared.tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 
 NEW_TOKENS = 128
@@ -145,20 +143,7 @@ async def measure(url: str, engine: str, update_dirs: list[Path]) -> tuple[dict,
 def logprob_gap(model: Model, sampled: list) -> float:
     worst = 0.0
     for ids, g in sampled:
-        seq = ids + g.output_ids
-        t = 256
-        tokens = np.zeros((1, t), np.int32)
-        targets = np.zeros((1, t), np.int32)
-        tokens[0, : len(seq) - 1] = seq[:-1]
-        targets[0, : len(seq) - 1] = seq[1:]
-        batch = {
-            "tokens_bt": jnp.asarray(tokens),
-            "targets_bt": jnp.asarray(targets),
-            "positions_bt": jnp.arange(t)[None],
-            "attn_bt": jnp.asarray((np.arange(t) < len(seq) - 1).astype(np.int32)[None]),
-        }
-        logp, _ = token_logprobs(model, get_params(model), batch, LearnerConfig())
-        ours = np.asarray(logp)[0, len(ids) - 1 : len(seq) - 1]
+        ours = row_logprobs(model, ids + g.output_ids)[len(ids) - 1 :]
         worst = max(worst, float(np.max(np.abs(np.asarray(g.logprobs) - ours))))
     return worst
 

@@ -16,7 +16,7 @@ jits it once with the mesh's shardings (the state donated, the batch split over
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -78,6 +78,27 @@ def init_state(
         rng=jax.random.key(cfg.seed),
         ref_params=jax.tree.map(jnp.copy, params) if with_ref else None,
     )
+
+
+def row_logprobs(
+    model: Model, seq: Sequence[int], cfg: LearnerConfig | None = None, pad_to: int = 256
+) -> np.ndarray:
+    """log p(seq[t] | seq[:t]) for t = 1 .. len(seq) - 1 (index t - 1), by
+    :func:`token_logprobs` on one row padded to ``pad_to`` tokens (or the sequence's
+    length): what the learner computes for a sequence an inference engine sampled."""
+    t = max(pad_to, len(seq))
+    tokens = np.zeros((1, t), np.int32)
+    targets = np.zeros((1, t), np.int32)
+    tokens[0, : len(seq) - 1] = seq[:-1]
+    targets[0, : len(seq) - 1] = seq[1:]
+    batch = {
+        "tokens_bt": jnp.asarray(tokens),
+        "targets_bt": jnp.asarray(targets),
+        "positions_bt": jnp.arange(t)[None],
+        "attn_bt": jnp.asarray((np.arange(t) < len(seq) - 1).astype(np.int32)[None]),
+    }
+    logp, _ = token_logprobs(model, get_params(model), batch, cfg)
+    return np.asarray(logp)[0, : len(seq) - 1]
 
 
 def token_logprobs(

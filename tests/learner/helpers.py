@@ -82,23 +82,7 @@ def greedy_reference(model: Model, prompt: list[int], n: int, pad_to: int = 128)
 
 
 def step_logprobs(model: Model, seq: list[int], cfg=None, pad_to: int = 256) -> np.ndarray:
-    """log p(seq[t] | seq[:t]) for t >= 1 (index t - 1) through the train step's own
-    ``token_logprobs`` (``cfg``: a LearnerConfig; default: dense, unchunked), on one
-    padded row of ``pad_to`` tokens (or the sequence's length, if longer)."""
-    import jax.numpy as jnp
+    """The train step's logprobs of ``seq`` (:func:`learner.step.row_logprobs`)."""
+    from learner.step import row_logprobs
 
-    from learner.step import token_logprobs
-
-    t = max(pad_to, len(seq))
-    tokens = np.zeros((1, t), np.int32)
-    targets = np.zeros((1, t), np.int32)
-    tokens[0, : len(seq) - 1] = seq[:-1]
-    targets[0, : len(seq) - 1] = seq[1:]
-    batch = {
-        "tokens_bt": jnp.asarray(tokens),
-        "targets_bt": jnp.asarray(targets),
-        "positions_bt": jnp.arange(t)[None],
-        "attn_bt": jnp.asarray((np.arange(t) < len(seq) - 1).astype(np.int32)[None]),
-    }
-    logp, _ = token_logprobs(model, get_params(model), batch, cfg)
-    return np.asarray(logp)[0, : len(seq) - 1]
+    return row_logprobs(model, seq, cfg, pad_to)

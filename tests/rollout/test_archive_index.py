@@ -7,10 +7,10 @@ import gzip
 import os
 import shutil
 import tracemalloc
-from pathlib import Path
 
-from rollout.archive import Archive, ArchiveWriter, Exchange
+from rollout.archive import Archive, Exchange
 from rollout.archive_index import DIR_INDEX, file_index_path
+from tests.rollout.test_archive import _write
 
 
 def _ex(i: int, body: bytes, episode: str = "", **kw) -> Exchange:
@@ -20,13 +20,6 @@ def _ex(i: int, body: bytes, episode: str = "", **kw) -> Exchange:
         "response_body": body, "episode": episode, "kind": "page",
     }  # fmt: skip
     return Exchange(**{**fields, **kw})
-
-
-def _write(directory: Path, exchanges: list[Exchange], **kw) -> ArchiveWriter:
-    with ArchiveWriter(directory, **kw) as writer:
-        for ex in exchanges:
-            writer.write(ex)
-    return writer
 
 
 def _body(i: int, size: int = 100) -> bytes:
