@@ -27,6 +27,7 @@ Tokens in, tokens out: the engines start without a tokenizer
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -48,11 +49,11 @@ from shared.config import (
     config_from_args,
     setup_logging,
 )
-from shared.lifeline import watch_parent
+from shared.lifeline import group_pids, watch_parent
 
 log = logging.getLogger("learner.engines")
 REPO = Path(__file__).resolve().parents[1]
-HEALTH = {"sglang": "/health", "vllm": "/health"}
+HEALTH = "/health"  # both engines answer 200 here once they serve
 # The policy is a local directory: nothing is fetched, and no usage report is sent (a
 # path that does not exist would otherwise be looked up on the Hugging Face hub).
 OFFLINE = {
@@ -214,22 +215,15 @@ def set_version(backend: str, url: str, version: str) -> None:
 def kill_rest_of_group() -> int:
     """SIGKILL every other process of this process's group (the engine's leftovers: it
     is started in this group, so ``Children.stop`` reaches it); how many."""
-    me, pgid, n = os.getpid(), os.getpgrp(), 0
-    if pgid != me:  # not the leader of a group of its own: the group is not the engine's
+    me = os.getpid()
+    if os.getpgrp() != me:  # not the leader of a group of its own: not the engine's group
         return 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
+    n = 0
+    for pid in group_pids(me):
+        if pid != me:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
                 n += 1
-            except ProcessLookupError:
-                pass
     return n
 
 
@@ -251,7 +245,7 @@ class Supervisor:
         self.proc = subprocess.Popen(
             spec.argv, env={**os.environ, **spec.env}, stdout=sys.stderr, stderr=sys.stderr
         )
-        wait_healthy(self.proc, spec.url + HEALTH[inf.backend], inf.engine_start_timeout_s)
+        wait_healthy(self.proc, spec.url + HEALTH, inf.engine_start_timeout_s)
         set_version(inf.backend, spec.url, version)
         return spec.url
 
@@ -262,14 +256,13 @@ class Supervisor:
             code = self.proc.wait()
             if self.stopping:
                 return
+            kill_rest_of_group()  # what the dead engine left: its scheduler, its workers
             found = newest_export(self.root) if self.root is not None else None
             if found is None:
                 log.error("the engine exited (code %s) and there is no export to restart", code)
-                kill_rest_of_group()
                 os._exit(1)
             model_dir, step = found
             self.restarts += 1
-            kill_rest_of_group()  # what the dead engine left: its scheduler, its workers
             log.warning(
                 "the engine exited (code %s): restart %d on %s (weight version %d)",
                 code, self.restarts, model_dir, step,

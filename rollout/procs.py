@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from shared.lifeline import group_pids
+
 READY = "serving on "
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,20 +95,3 @@ async def wait_group_gone(pgid: int, timeout: float) -> bool:
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.1)
     return True
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live processes (zombies excluded) of a process group: what a stopped child or a
-    closed browser pool must leave empty."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(d))
-    return out

@@ -45,3 +45,20 @@ def watch_parent(every_s: float = 1.0, grace_s: float = 10.0) -> bool:
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
     return True
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes (zombies excluded) of a process group: what a stopped child or a
+    closed browser pool must leave empty."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d))
+    return out

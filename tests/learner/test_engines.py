@@ -40,6 +40,7 @@ from learner.logprobs import chunked_token_logprobs
 from learner.model import Model, get_params, tiny_config
 from rollout.inference import InferenceClient, InferenceError, Sampling
 from shared.config import InferenceConfig
+from shared.lifeline import group_pids
 from shared.tokenizer import TINY_TOKENIZER_DIR
 from tests.learner.helpers import randomized, step_logprobs
 
@@ -244,17 +245,8 @@ async def test_a_wrong_weight_path_fails_loudly_and_changes_nothing(engine):
 
 def engine_pids(children: Children) -> list[int]:
     """The engine's processes: the wrapper's group, less the wrapper."""
-    (_, wrapper), = children.procs  # fmt: skip
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != wrapper.pid:
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == wrapper.pid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
+    ((_, wrapper),) = children.procs
+    return [pid for pid in group_pids(wrapper.pid) if pid != wrapper.pid]
 
 
 async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine):
@@ -293,19 +285,6 @@ time.sleep(900)
 """
 
 
-def group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_engine_ends_when_the_run_that_started_it_is_killed(backend, tmp_path):
     """SIGKILL leaves learner.train no way to stop its children: the engine's wrapper
@@ -329,12 +308,12 @@ def test_an_engine_ends_when_the_run_that_started_it_is_killed(backend, tmp_path
     try:
         assert parent.stdout.readline().startswith("http://127.0.0.1:")
         pgid = int((tmp_path / "logs" / "children.pids").read_text().split()[1])
-        assert len(group_members(pgid)) >= 3  # the wrapper, the server and its workers
+        assert len(group_pids(pgid)) >= 3  # the wrapper, the server and its workers
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 60
-        while group_members(pgid) and time.monotonic() < deadline:
+        while group_pids(pgid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert group_members(pgid) == []
+        assert group_pids(pgid) == []
     finally:
         parent.kill()
