@@ -233,6 +233,11 @@ class InferenceClient:
         if failed:
             raise InferenceError(f"weight update to {version} failed: {'; '.join(failed)}")
 
+    @property
+    def _load_timeout_s(self) -> float:
+        """A weight load (and vLLM's wait for running requests): at least 10 minutes."""
+        return max(self.timeout_s, 600.0)
+
     async def _update_sglang(self, s: _Server, path: str, version: str) -> None:
         await self._post(s, "/pause_generation", {"mode": "retract"})  # running ones are kept
         try:
@@ -241,7 +246,7 @@ class InferenceClient:
                 "/update_weights_from_disk",
                 {"model_path": path, "weight_version": version, "flush_cache": True,
                  "abort_all_requests": False},
-                timeout_s=max(self.timeout_s, 600.0),
+                timeout_s=self._load_timeout_s,
             )  # fmt: skip
             if not r.get("success"):
                 raise InferenceError(r.get("message") or "update_weights_from_disk failed")
@@ -255,13 +260,13 @@ class InferenceClient:
             raise InferenceError(f"{path}: not an HF export (no config.json); nothing loaded")
         # mode=wait: running requests end on the weights they began with (a reload under
         # a kept request would leave its KV computed by the old weights)
-        await self._post(s, "/pause?mode=wait", None, timeout_s=max(self.timeout_s, 600.0))
+        await self._post(s, "/pause?mode=wait", None, timeout_s=self._load_timeout_s)
         try:
             r = await self._post(
                 s,
                 "/collective_rpc",
                 {"method": "reload_weights", "kwargs": {"weights_path": path}},
-                timeout_s=max(self.timeout_s, 600.0),
+                timeout_s=self._load_timeout_s,
             )
             if not isinstance(r, dict):
                 raise InferenceError(f"reload_weights: unexpected answer {r!r}")
@@ -297,18 +302,15 @@ async def _text(r: aiohttp.ClientResponse) -> str:
     return (await r.text())[:2000]
 
 
-def _span_versions(spans: object, n: int, last: str) -> tuple[str, ...]:
+def _span_versions(spans: list[dict] | None, n: int, last: str) -> tuple[str, ...]:
     """Per-token versions from ``[{"version", "start", "end"}, ...]`` covering ``n``
     output tokens; () when the engine gave none (every token then has ``last``)."""
     if not spans:
         return ()
     out = [last] * n
-    for sp in spans:  # type: ignore[union-attr]
-        if isinstance(sp, dict):
-            v, a, b = sp["version"], sp["start"], sp["end"]
-        else:  # a [version, start, end] triple
-            v, a, b = sp
-        out[int(a) : min(int(b), n)] = [str(v)] * max(0, min(int(b), n) - int(a))
+    for sp in spans:
+        a, b = int(sp["start"]), min(int(sp["end"]), n)
+        out[a:b] = [str(sp["version"])] * max(0, b - a)
     return tuple(out)
 
 
@@ -331,7 +333,7 @@ def _vllm_generation(data: dict) -> tuple:
     content = (choice.get("logprobs") or {}).get("content") or []
     lps = [float(item["logprob"]) for item in content]
     spans = choice.get("weight_versions") or []
-    version = _span_last(spans) if spans else ""
+    version = str(spans[-1]["version"]) if spans else ""
     return ids, lps, str(choice.get("finish_reason") or "length"), version, spans
 
 
@@ -346,8 +348,3 @@ def _read(parse, data: dict) -> Generation:
     if len(lps) != len(ids):
         raise InferenceError(f"{len(ids)} output ids but {len(lps)} logprobs")
     return Generation(ids, lps, kind, version, versions)
-
-
-def _span_last(spans: list) -> str:
-    sp = spans[-1]
-    return str(sp["version"] if isinstance(sp, dict) else sp[0])
