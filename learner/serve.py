@@ -20,7 +20,9 @@ names and shapes, so the rollout client cannot tell it from SGLang:
   ``e2e_latency`` and, when asked, ``output_token_logprobs`` /
   ``input_token_logprobs`` as ``[logprob, token_id, text | null]`` items.
 - ``GET /health``, ``GET /health_generate``, ``POST /flush_cache``,
-  ``GET /get_model_info``, ``GET /get_weight_version``, ``POST /abort_request``
+  ``GET /get_model_info``, ``GET /get_weight_version``, ``GET /get_load``
+  (this server's own: ``num_running_reqs``, ``num_waiting_reqs``, ``num_output_tokens``
+  generated so far by the running batch, ``paused``), ``POST /abort_request``
   (``{"rid"}`` or ``{"abort_all": true}``), ``POST /pause_generation``
   (``{"mode": "abort" | "in_place" | "retract"}``), ``POST /continue_generation``,
   ``POST /update_weights_from_disk`` (``{"model_path", "weight_version",
@@ -81,6 +83,7 @@ class Server:
         app.router.add_route("*", "/flush_cache", self.flush_cache)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/get_weight_version", self.get_weight_version)
+        app.router.add_get("/get_load", self.get_load)
         app.router.add_post("/abort_request", self.abort_request)
         app.router.add_post("/pause_generation", self.pause_generation)
         app.router.add_post("/continue_generation", self.continue_generation)
@@ -164,6 +167,17 @@ class Server:
 
     async def get_weight_version(self, request: web.Request) -> web.Response:
         return web.json_response({"weight_version": self.weight_version})
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        running = list(self.scheduler.running)
+        return web.json_response(
+            {
+                "num_running_reqs": sum(r.finish_reason is None for r in running),
+                "num_waiting_reqs": len(self.scheduler.queue),
+                "num_output_tokens": sum(len(r.output_ids) for r in running),
+                "paused": self.scheduler.paused,
+            }
+        )
 
     # ------------------------------------------------------------------------- control
 

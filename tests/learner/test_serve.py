@@ -378,7 +378,14 @@ async def test_a_weight_update_through_the_client_ends_no_running_generation(ser
             return await client.generate(PROMPT, s, episode=f"e{i}")
 
         running = [asyncio.create_task(long_generation(i)) for i in range(4)]
-        await asyncio.sleep(0.5)
+        # wait until all four decode (their first tokens out), however long compiling takes
+        deadline = time.monotonic() + 120
+        while True:
+            _, load = await get(server, "/get_load")
+            if load["num_running_reqs"] == 4 and load["num_output_tokens"] >= 4:
+                break
+            assert time.monotonic() < deadline, load
+            await asyncio.sleep(0.05)
         assert not any(t.done() for t in running)
         await client.update_weights(str(weights["ckpt"] / "1"), "retracted-update")
         done = await asyncio.gather(*running)
