@@ -21,7 +21,7 @@ TEST_STAMP := $(VENV)/.installed-test
 PIP_LOCKED := $(PY) -m pip install -q --require-hashes --no-deps
 # PyTorch's CPU wheels (torch.txt pins torch==...+cpu); used only when reachable.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc tinyproxy microsocks
+DEBIAN_PACKAGES := chromium-headless-shell python3.11-doc libjs-jquery tinyproxy microsocks
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The suite runs on every core (pytest-xdist), at most 4 workers; a test file stays on one
 # worker, so its module fixtures are built once, and files are handed out in collection
@@ -38,7 +38,8 @@ setup: system-packages $(STAMP)
 setup-test: setup $(TEST_STAMP)
 
 # Debian packages the project needs: a headless Chromium for the browser modes and
-# the Python documentation, which the local web serves as one of its sites; tinyproxy and
+# the Python documentation, which the local web serves as one of its sites; jQuery (which
+# that documentation brings too), for the browser tests' pages built with it; tinyproxy and
 # microsocks, real http and socks5 proxies the proxy-pool tests start on loopback.
 system-packages:
 	@missing=""; \

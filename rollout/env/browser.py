@@ -55,6 +55,8 @@ from rollout.urls import UrlPolicy, is_allowed
 
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
 NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
+# an observation's page_text (the whole page, for the citation verifier) stops here
+PAGE_TEXT_CHARS = 1_000_000
 # what Playwright's call log says when an element could not be acted on, in the agent's words
 _BLOCKERS = (
     ("intercepts pointer events", "it is covered"),
@@ -382,18 +384,38 @@ class PlaywrightBackend:
         }
         return await run_labeller(self.page, opts)
 
+    async def _page_text(self, view: dict | None) -> str:
+        """The whole page's text, as the labeller writes it without numbers (what the
+        citation verifier reads: a quote below the window the agent saw is still on the
+        page). ``view``: the observation's own pass, reused when it already is that text."""
+        if (
+            view is not None
+            and not view["elements"]
+            and not view["more"]
+            and view.get("scrollY", 0) == 0
+        ):
+            return view["text"]
+        whole = await run_labeller(
+            self.page,
+            {"marks": False, "fromViewport": False, "maxChars": PAGE_TEXT_CHARS, "maxLabels": 0},
+        )
+        return whole["text"]
+
     async def _observe(self) -> Observation:
         page = self.page
         extracted, self._extracted = getattr(self, "_extracted", None), None
         if extracted is not None:
             text, title = extracted, await page.title()
+            page_text = await self._page_text(None)
         elif self.observation == "axtree":
             text, title = await self._axtree(), await page.title()
+            page_text = await self._page_text(None)
         else:
             view = await self._label(marks=False)
             text, title = _with_more(view), view["title"]
+            page_text = await self._page_text(view)
         return Observation(
-            text, url=page.url, title=title, summary=_summary(page.url, title), page_text=text
+            text, url=page.url, title=title, summary=_summary(page.url, title), page_text=page_text
         )
 
     async def _axtree(self) -> str:
@@ -522,6 +544,7 @@ class SomBackend(PlaywrightBackend):
         except PlaywrightError:
             self.shown = frozenset()
             raise
+        page_text = await self._page_text(None)  # a text-only pass keeps the numbers
         elements = tuple(view["elements"])
         self.shown = frozenset(e["id"] for e in elements)
         text = _with_more(view)
@@ -539,7 +562,7 @@ class SomBackend(PlaywrightBackend):
         title = view["title"]
         return Observation(
             text, url=page.url, title=title, summary=_summary(page.url, title),
-            screenshot=shot, page_text=text, elements=elements,
+            screenshot=shot, page_text=page_text, elements=elements,
         )  # fmt: skip
 
 

@@ -5,16 +5,18 @@ maxLabels}``, missing keys false/0; ``fromViewport: 'scrolled'`` means true when
 is scrolled) makes one pass over the rendered page (same-origin iframes and open shadow
 roots included) that:
 
-- first clears every ``data-som-id`` an earlier pass wrote (the elements it numbered are kept
-  in a window-level list, and the documents are searched too), so a number never outlives
-  its pass;
+- in ``marks`` mode first clears every ``data-som-id`` an earlier pass wrote (the elements it
+  numbered are kept in a window-level list, and the documents are searched too), so a number
+  never outlives its pass (a text-only pass leaves them);
 - in ``marks`` mode gives every element a person can use a number, stored in the
   ``data-som-id`` attribute that ``click(n)`` / ``type(n, text)`` act through. Interactive
   means a strong signal (``a[href]``, buttons, inputs, selects, textareas, ``summary``,
   interactive ARIA roles, contenteditable hosts, a ``<label>`` whose control is hidden under
   a custom look) or a weak one (an ``onclick``/``onmousedown`` handler, a click-ish listener
-  recorded by ``LISTENER_INIT_JS``, ``tabindex >= 0``, the topmost element of a
-  ``cursor: pointer`` subtree). A weak element that holds numbered descendants is not
+  recorded by ``LISTENER_INIT_JS``, a match of a delegated handler's selector (a listener on
+  the document, window, ``<html>`` or ``<body>`` whose source names it in ``closest``/
+  ``matches``/``classList.contains``, or a jQuery ``.on(type, selector, fn)`` there),
+  ``tabindex >= 0``, the topmost element of a ``cursor: pointer`` subtree). A weak element that holds numbered descendants is not
   numbered itself (they are), nor is one larger than 40 % of the viewport (a page-wide
   listener); one whose text is too long for a name is numbered with an empty name and its
   text written after the number. Nothing inside a numbered element is numbered. Left out:
@@ -23,8 +25,10 @@ roots included) that:
   (``:disabled``, ``fieldset[disabled]``, ``aria-disabled``), and covered — in the viewport
   the centre of the visible part is hit-tested (``elementFromPoint`` on the element's own
   root, frame by frame: it must land on the element or inside it, as a click must); below
-  the fold an element counts as covered only while a modal (a fixed layer over >= 90 % of
-  the viewport that is on top there, a modal ``<dialog>``) is open and it is outside it;
+  the fold, or under a bar pinned in view (a sticky header over the paragraph the view
+  starts in: a scroll brings it out), an element counts as covered only while a modal (a
+  fixed layer over >= 90 % of the viewport that is on top there, a modal ``<dialog>``) is
+  open and it is outside it;
 - writes the page's text the way the browser lays it out: whitespace collapsed per
   ``white-space`` (``pre``/``pre-wrap`` kept exactly), a new line where a block starts or
   ends, table rows one per line with cells joined by `` | ``, each numbered element inline
@@ -48,10 +52,10 @@ up to there); an element is ``{id, role, name, value, states, tag, x, y, w, h}``
 box in viewport pixels of the top document.
 
 ``LISTENER_INIT_JS`` is an init script (every frame, before the page's scripts) that notes
-which elements get click-ish listeners; ``OVERLAY_JS`` / ``REMOVE_OVERLAY_JS`` draw and
-remove the marks of the elements in view (one canvas in the top layer) for a screenshot.
-``OVERLAY_JS`` called with no list draws the last pass's elements, which spares sending
-them back to the page.
+which elements, documents and windows get click-ish listeners; ``OVERLAY_JS`` /
+``REMOVE_OVERLAY_JS`` draw and remove the marks of the elements in view (one canvas in the
+top layer) for a screenshot. ``OVERLAY_JS`` called with no list draws the last pass's
+elements, which spares sending them back to the page.
 """
 
 LISTENER_INIT_JS = r"""
@@ -71,7 +75,9 @@ LISTENER_INIT_JS = r"""
     const wrapped = {
       addEventListener(type, listener, options) {
         try {
-          if (listener && this && this.nodeType === 1 && CLICKISH.has(type)) {
+          // elements, and the document and window (where delegated handlers listen)
+          if (listener && this && (this.nodeType === 1 || this.nodeType === 9 ||
+              this.window === this) && CLICKISH.has(type)) {
             let m = map.get(this);
             if (!m) { m = new Map(); map.set(this, m); }
             let s = m.get(listener);
@@ -83,7 +89,7 @@ LISTENER_INIT_JS = r"""
       },
       removeEventListener(type, listener, options) {
         try {
-          const m = listener && this && this.nodeType === 1 ? map.get(this) : undefined;
+          const m = listener && this ? map.get(this) : undefined;
           const s = m && m.get(listener);
           if (s) {
             s.delete(key(type, options));
@@ -156,21 +162,24 @@ LABEL_JS = r"""
   }
 
   // ---------------------------------------------------------------- 1. earlier numbers go
-  const prev = win0[SKEY];
-  if (Array.isArray(prev)) for (const el of prev) { try { el.removeAttribute('data-som-id'); } catch (e) {} }
-  (function clear(d, depth) {
-    for (const el of d.querySelectorAll('[data-som-id]')) el.removeAttribute('data-som-id');
-    if (depth > 4) return;
-    for (const f of d.querySelectorAll('iframe, frame')) {
-      let fd = null;
-      try { fd = f.contentDocument; } catch (e) {}
-      if (fd) clear(fd, depth + 1);
-    }
-  })(doc0, 0);
+  // (a text-only pass numbers nothing and leaves the last numbering as it is)
   const labelled = [];
-  try {
-    Object.defineProperty(win0, SKEY, {value: labelled, configurable: true, writable: true});
-  } catch (e) {}
+  if (marks) {
+    const prev = win0[SKEY];
+    if (Array.isArray(prev)) for (const el of prev) { try { el.removeAttribute('data-som-id'); } catch (e) {} }
+    (function clear(d, depth) {
+      for (const el of d.querySelectorAll('[data-som-id]')) el.removeAttribute('data-som-id');
+      if (depth > 4) return;
+      for (const f of d.querySelectorAll('iframe, frame')) {
+        let fd = null;
+        try { fd = f.contentDocument; } catch (e) {}
+        if (fd) clear(fd, depth + 1);
+      }
+    })(doc0, 0);
+    try {
+      Object.defineProperty(win0, SKEY, {value: labelled, configurable: true, writable: true});
+    } catch (e) {}
+  }
 
   const vw0 = Math.min(win0.innerWidth, docEl0.clientWidth || win0.innerWidth) || win0.innerWidth;
   const vh0 = win0.innerHeight;
@@ -677,10 +686,24 @@ LABEL_JS = r"""
         const rr = Math.min(q.right + ctx.ox, c.r), b = Math.min(q.bottom + ctx.oy, c.b);
         if (rr - l >= 1 && b - t >= 1 && hitOK(el, ctx, (l + rr) / 2, (t + b) / 2)) return true;
       }
-      return false;
+    } else if (B - T >= 8) {
+      if (hitOK(el, ctx, (L + R) / 2, T + (B - T) * 0.8) || hitOK(el, ctx, (L + R) / 2, T + (B - T) * 0.2)) return true;
     }
-    if (B - T >= 8) {
-      return hitOK(el, ctx, (L + R) / 2, T + (B - T) * 0.8) || hitOK(el, ctx, (L + R) / 2, T + (B - T) * 0.2);
+    // under a bar pinned in view (a sticky header, a fixed footer): a scroll brings it out,
+    // as it brings out what lies below the fold, so it is as usable (a modal aside)
+    if (ghost || !underPinned(el, ctx, (L + R) / 2, (T + B) / 2)) return false;
+    if (cover === null) findCover();
+    return !(cover && !insideModal(ctx.frame || el));
+  }
+  function underPinned(el, ctx, X, Y) {
+    const root = el.getRootNode();
+    const from = root.elementFromPoint ? root : ctx.doc;
+    for (let n = from.elementFromPoint(X - ctx.ox, Y - ctx.oy); n; n = flatParent(n)) {
+      if (n.nodeType === 11) continue;  // a shadow root: on to its host
+      if (n.nodeType !== 1) break;
+      if (n.contains(el)) return false;  // what holds it scrolls with it, or is pinned with it
+      const p = ctx.win.getComputedStyle(n).position;
+      if (p === 'fixed' || p === 'sticky') return true;
     }
     return false;
   }
@@ -718,6 +741,67 @@ LABEL_JS = r"""
     }
     usableMemo.set(c, v);
     return v;
+  }
+
+  // ---------------------------------------------------------------- 6b. delegated handlers
+  // One listener on the document (or the window, <html>, <body>) that acts for whatever a
+  // selector matches. The selectors come from the listeners' own source (e.target.closest(
+  // '.tab'), matches('li.item'), classList.contains('row')) and from jQuery's records of its
+  // delegated handlers ($(document).on('click', '.tab', f)); an element one of them matches
+  // is a weak signal, as its own listener would be. Selectors naming every element of a kind
+  // that holds content ('div', 'p', ...) are left out: that is a click-anywhere handler.
+  const BROAD = new Set(['*', 'html', 'body', 'div', 'span', 'p', 'section', 'main', 'article',
+    'header', 'footer', 'nav', 'aside']);
+  const SEL_RE = /\.(?:closest|matches|webkitMatchesSelector)\(\s*(['"`])((?:\\.|(?!\1)[^\\])*?)\1\s*[,)]/g;
+  const CLS_RE = /classList\.contains\(\s*(['"`])([-\w]+)\1\s*\)/g;
+  const JQ_TYPES = ['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'touchstart'];
+  function selectorsOf(fn, out) {
+    if (typeof fn !== 'function') return;
+    let src = '';
+    try { src = Function.prototype.toString.call(fn); } catch (e) { return; }
+    if (src.length > 100000) src = src.slice(0, 100000);
+    for (const m of src.matchAll(SEL_RE)) {
+      if (m[1] === '`' && m[2].includes('${')) continue;
+      out.add(m[2].replace(/\\(['"`\\])/g, '$1'));
+    }
+    for (const m of src.matchAll(CLS_RE)) out.add('.' + CSS.escape(m[2]));
+  }
+  function delegated(ctx) {
+    if (ctx.dsel !== undefined) return ctx.dsel;
+    ctx.dsel = null;
+    const doc = ctx.doc, win = ctx.win, out = new Set();
+    const targets = [doc, win, doc.documentElement, doc.body].filter(Boolean);
+    if (ctx.lmap) {
+      for (const tg of targets) {
+        let m = null;
+        try { m = ctx.lmap.get(tg); } catch (e) {}
+        if (m) for (const fn of m.keys()) selectorsOf(typeof fn === 'function' ? fn : fn && fn.handleEvent, out);
+      }
+    }
+    let jq = null;
+    try { jq = win.jQuery || null; } catch (e) {}
+    if (jq && typeof jq._data === 'function') {
+      for (const tg of targets) {
+        let ev = null;
+        try { ev = jq._data(tg, 'events'); } catch (e) {}
+        if (!ev) continue;
+        for (const type of JQ_TYPES) {
+          for (const h of ev[type] || []) {
+            if (h && typeof h.selector === 'string' && h.selector) out.add(h.selector);
+          }
+        }
+      }
+    }
+    const ok = [];
+    for (const sel of out) {
+      const q = sel.trim();
+      if (!q || BROAD.has(q.toLowerCase())) continue;
+      try { doc.documentElement.matches(q); } catch (e) { continue; }  // not CSS (a jQuery extension)
+      ok.push(q);
+      if (ok.length >= 50) break;
+    }
+    if (ok.length) ctx.dsel = ok.join(', ');
+    return ctx.dsel;
   }
 
   // ---------------------------------------------------------------- 7. the walk
@@ -842,6 +926,7 @@ LABEL_JS = r"""
       if (!strong && !noWeak && t !== 'BODY' && t !== 'HTML') {
         if (el.onclick || el.onmousedown || el.onpointerdown) weak |= 2;
         else if (ctx.lmap) { const m = ctx.lmap.get(el); if (m && m.size) weak |= 2; }
+        if (!(weak & 2)) { const ds = delegated(ctx); if (ds && el.matches(ds)) weak |= 2; }
         const ti = el.getAttribute('tabindex');
         // focusable, unless it is a scrolling region made reachable by keyboard (a <pre>)
         if (ti !== null && parseInt(ti, 10) >= 0 && t !== 'PRE' && s.overflowY !== 'auto' &&
@@ -896,11 +981,45 @@ LABEL_JS = r"""
           }
         }
       }
+    } else if (t === 'Q' && started && vis && !(fl & 2)) {
+      // the quotation marks the browser draws around a <q> (generated content, which
+      // innerText leaves out): the text as the page shows it
+      const open = quoteMark(el, ctx, '::before');
+      if (open) collapsed(open);
+      kids(el, t, s, ctx, ptr, fl, vis);
+      const close = quoteMark(el, ctx, '::after');
+      if (close) collapsed(close);
     } else {
       kids(el, t, s, ctx, ptr, fl, vis);
     }
     if (block) brk();
     if (row) rowCells = savedCells;
+  }
+
+  const QUOTES = [['\u201c', '\u201d'], ['\u2018', '\u2019']];  // quotes: auto, in English
+  const QSTR = /"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'/g;
+  const unq = (lit) => lit.slice(1, -1).replace(/\\(.)/g, '$1');
+  function quoteMark(el, ctx, pseudo) {
+    let c = '', qs = '';
+    try {
+      c = ctx.win.getComputedStyle(el, pseudo).content;
+      qs = ctx.win.getComputedStyle(el).quotes;
+    } catch (e) { return ''; }
+    if (c === 'open-quote' || c === 'close-quote') {
+      if (qs === 'none') return '';
+      let pairs = QUOTES;
+      const lits = qs && qs !== 'auto' ? qs.match(QSTR) : null;
+      if (lits && lits.length >= 2) {
+        pairs = [];
+        for (let i = 0; i + 1 < lits.length; i += 2) pairs.push([unq(lits[i]), unq(lits[i + 1])]);
+      }
+      let depth = 0;  // a <q> inside a <q> takes the next pair
+      for (let p = el.parentElement; p; p = p.parentElement) if (tagOf(p) === 'Q') depth++;
+      const pair = pairs[Math.min(depth, pairs.length - 1)];
+      return c === 'open-quote' ? pair[0] : pair[1];
+    }
+    const m = /^"((?:\\.|[^"\\])*)"$/.exec(c);  // a string of the page's own
+    return m ? m[1].replace(/\\(.)/g, '$1') : '';
   }
 
   function frame(el, s, r, ctx, fl) {

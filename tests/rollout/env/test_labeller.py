@@ -218,14 +218,33 @@ async def test_sticky_header_covers_content(page):
         '<header style="position:sticky;top:0;height:100px;background:#fff;z-index:1">'
         '<a href="/home">Home</a></header>'
         '<div style="height:1000px"></div>'
-        '<a id="t" href="/t" style="display:block;height:20px">under the header</a>'
+        '<a id="t" href="/t" style="display:block;height:20px"'
+        " onclick=\"window.hit = 't'; return false\">under the header</a>"
         '<a href="/v" style="display:block;height:20px;margin-top:300px">in view</a>'
         '<div style="height:2000px"></div>'
     )
     await page.evaluate("window.scrollTo(0, document.getElementById('t').offsetTop - 40)")
     view = await label(page)
-    assert names(view) == ["Home", "in view"]
-    assert "under the header" in view["text"]  # written, not numbered
+    # written, so numbered: a scroll brings it out from under the header, and a click
+    # (which scrolls it clear) reaches it
+    assert names(view) == ["Home", "under the header", "in view"]
+    assert '[2] link "under the header"' in view["text"]
+    await page.locator('[data-som-id="2"]').click(timeout=5000)
+    assert await page.evaluate("window.hit") == "t"
+
+
+async def test_a_modal_still_covers_what_a_pinned_bar_covers(page):
+    await page.set_content(
+        '<header style="position:sticky;top:0;height:100px;background:#fff;z-index:1">'
+        '<a href="/home">Home</a></header><div style="height:1000px"></div>'
+        '<a id="t" href="/t" style="display:block;height:20px">under the header</a>'
+        '<div style="height:2000px"></div>'
+        "<dialog id=d><button>OK</button></dialog>"
+    )
+    await page.evaluate("window.scrollTo(0, document.getElementById('t').offsetTop - 40)")
+    assert "under the header" in names(await label(page))
+    await page.evaluate("d.showModal()")
+    assert names(await label(page)) == ["OK"]
 
 
 async def test_elements_below_the_fold_are_numbered(page):
@@ -282,12 +301,17 @@ async def test_numbers_of_an_earlier_pass_are_cleared(page):
     assert await page.locator("[data-som-id]").count() == 1
 
 
-async def test_text_mode_numbers_nothing_and_clears_old_numbers(page):
-    await page.set_content('<a id="a" href="/a">a link</a>')
+async def test_text_mode_numbers_nothing_and_keeps_the_last_numbering(page):
+    """A text-only pass (the whole page's text for the record, taken beside a marked view)
+    leaves the numbers the agent was shown; the next marked pass replaces them."""
+    await page.set_content('<a id="a" href="/a">a link</a> <a id="b" href="/b">another</a>')
     await label(page)
     view = await label(page, marks=False)
-    assert view["elements"] == [] and view["text"] == "a link"
-    assert await som_id(page, "#a") is None
+    assert view["elements"] == [] and view["text"] == "a link another"
+    assert [await som_id(page, s) for s in ("#a", "#b")] == ["1", "2"]
+    await page.evaluate("document.getElementById('a').remove()")
+    await label(page)
+    assert await som_id(page, "#b") == "1"
 
 
 # ----------------------------------------------------------------------------- names
@@ -374,6 +398,39 @@ async def test_text_is_laid_out_like_the_browser(page):
     assert "def f():\n    return 1\n\n  x = 2" in text
     assert "one two\nthree" in text
     assert "block\nafter break\nfirst item\nsecond item" in text
+
+
+# how much wider a <q> is drawn than the text inside it: the glyphs the browser adds
+_Q_EXTRA_JS = """() => [...document.querySelectorAll('q')].map(q => {
+  const r = document.createRange();
+  r.selectNodeContents(q);
+  return Math.round(q.getBoundingClientRect().width - r.getBoundingClientRect().width);
+})"""
+
+
+async def test_quotation_elements_are_written_as_drawn(page):
+    """A ``<q>`` is drawn with quotation marks (generated content: innerText leaves them
+    out, the page shows them) and no space the source does not have: the observation
+    writes what the page shows, nested quotes and a page's own ``quotes`` included."""
+    await page.set_content(
+        "<p>assign the user right<q>Lock pages in memory</q> to the account</p>"
+        "<p>the right <q>Lock pages in memory</q>, then</p>"
+        "<p>he said <q>she said <q>no</q> twice</q>.</p>"
+        '<p lang=x style=\'quotes: "<<" ">>"\'>a <q>b</q> c</p>'
+        "<p style='quotes: none'>plain <q>words</q> here</p>"
+    )
+    extra = await page.evaluate(_Q_EXTRA_JS)
+    assert all(w > 0 for w in extra[:-1]) and extra[-1] == 0, extra  # drawn marks, or none
+    inner = await page.evaluate("document.body.innerText")
+    assert "user rightLock pages in memory to" in inner  # the marks left out
+    text = (await label(page, marks=False))["text"]
+    assert text.splitlines() == [
+        "assign the user right\u201cLock pages in memory\u201d to the account",
+        "the right \u201cLock pages in memory\u201d, then",
+        "he said \u201cshe said \u2018no\u2019 twice\u201d.",
+        "a <<b>> c",
+        "plain words here",
+    ]
 
 
 async def test_tables_and_canvases(page):

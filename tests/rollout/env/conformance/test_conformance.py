@@ -96,6 +96,14 @@ async def _longpre(request: web.Request) -> web.Response:
     return _html("Build log", body)
 
 
+# jQuery as Debian ships it (libjs-jquery, which python3.11-doc brings)
+JQUERY = Path("/usr/share/javascript/jquery/jquery.js")
+
+
+async def _jquery(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(JQUERY, headers={"Content-Type": "text/javascript"})
+
+
 async def _page(request: web.Request) -> web.FileResponse:
     path = PAGES / request.match_info["name"]
     if not path.is_file():
@@ -113,6 +121,7 @@ async def site():
     app.router.add_get("/api/facts", _facts)
     app.router.add_get("/api/more", _more)
     app.router.add_get("/longpre.html", _longpre)
+    app.router.add_get("/static/jquery.js", _jquery)
     app.router.add_get(r"/{name:[a-z_]+\.html}", _page)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
@@ -344,6 +353,37 @@ async def test_delegated_handlers_on_pointer_divs(pool, site, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_delegated_handler_on_plain_rows(pool, site, mode):
+    """A person clicks "Hamburg" in a list of destinations and reads its next train. The
+    rows look like text (no pointer cursor, no listener of their own): one listener on the
+    document acts for ``e.target.closest('.row')``. som numbers the rows from that
+    listener's record; the heading and the paragraphs stay unnumbered."""
+    async with episode(pool, site, mode, "/delegated_plain.html") as ep:
+        if mode == "som":
+            assert {label for _, _, label in marks(ep.view)} == {"Berlin", "Hamburg", "Munich"}
+        r = await ep.press("Hamburg", exact=True)
+        assert "Next train to Hamburg: 09:40 from platform 1." in r.text, r.text
+
+
+@pytest.mark.skipif(not JQUERY.exists(), reason="libjs-jquery is not installed (make setup)")
+@pytest.mark.parametrize("mode", MODES)
+async def test_jquery_delegated_handlers(pool, site, mode):
+    """A glossary built with jQuery: ``$(document).on('click', '.term', ...)`` shows a
+    term's definition and ``$(document).on('click', 'span.leave', ...)`` goes back to the
+    course. The terms are bold spans without a pointer cursor; the selectors live only in
+    jQuery's records of its events. A person clicks "antonym", then "Back to the course"."""
+    async with episode(pool, site, mode, "/delegated_jquery.html") as ep:
+        if mode == "som":
+            assert {label for _, _, label in marks(ep.view)} == {
+                "synonym", "antonym", "Back to the course",
+            }  # fmt: skip
+        r = await ep.press("antonym", exact=True)
+        assert "antonym: a word with the opposite meaning." in r.text, r.text
+        await ep.press("Back to the course")
+        arrived(ep, site, "jquery-delegated")
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_custom_dropdown(pool, site, mode):
     """A person opens the "Choose a colour" dropdown (a div) and picks "Blue" from its
     list (``<li>`` items with ``cursor: pointer`` and a listener on the list); the page
@@ -444,24 +484,32 @@ _UNDER_HEADER_JS = """() => {
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_sticky_header_hides_what_lies_under_it(pool, site, mode):
+async def test_sticky_header_over_the_first_rows(pool, site, mode):
     """A sticky top nav stays in view while the page scrolls. After scrolling, a person
-    sees the header's links ("Home", "Docs", "Contact") and the content below it, but
-    not the content links the header covers; they click a content link in view and it
-    opens. som numbers the header's links and none of the covered ones."""
+    sees the header's links ("Home", "Docs", "Contact") and the content below it; the
+    view's text starts with the rows the header now covers (the scroll moved them up by
+    less than a view), and a person scrolls a little to click one. So every link written
+    is usable: som numbers the covered links too (no link is written without a number),
+    and clicking one opens it, as clicking one in view does."""
     async with episode(pool, site, mode, "/sticky.html") as ep:
         r = await ep.scroll_down()
         where = await ep.page.evaluate(_UNDER_HEADER_JS)
         assert where["hidden"] and where["visible"], where  # the page is laid out as meant
         for word in ("Home", "Docs", "Contact"):
             assert word in seen(r.text), r.text
+        written = [w for w in where["hidden"] + where["visible"] if w in seen(unmark(r.text))]
+        assert set(where["hidden"]) & set(written), r.text  # covered rows are in the text
         if mode == "som":
-            for word in ("Home", "Docs", "Contact"):
+            for word in ("Home", "Docs", "Contact", *written):
                 mark(r.text, word, exact=True)
-            covered = [w for w in where["hidden"] if find_mark(r.text, w, exact=True)]
-            assert not covered, f"links under the sticky header are numbered: {covered}\n{r.text}"
         label = where["visible"][len(where["visible"]) // 2]
         await ep.press(label, f"text={q(label)}", exact=True)
+        arrived(ep, site, "topic-" + label.split()[1])
+        await ep.do("back()")
+        r = await ep.scroll_down()
+        where = await ep.page.evaluate(_UNDER_HEADER_JS)
+        label = next(w for w in where["hidden"] if w in seen(unmark(ep.view)))
+        await ep.press(label, f"text={q(label)}", exact=True)  # under the header: it works
         arrived(ep, site, "topic-" + label.split()[1])
 
 
@@ -519,6 +567,25 @@ async def test_source_line_breaks_tables_and_pre(pool, site, mode):
 
 def _log_lines(text: str) -> list[int]:
     return [int(n) for n in re.findall(r"\bline (\d{4}):", text)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_citations_verify_against_the_whole_page(pool, site, mode):
+    """An agent that cites the build log for its last line is supported although it never
+    scrolled that far: each step records the whole page's text (without numbers), while
+    its observation is the 4,000-character window it read."""
+    from rollout.verifiers.citations import citation_support
+
+    quote = f"line {LOG_LINES - 1}: step {LOG_LINES - 1} compiled, 0 warnings"
+    async with episode(pool, site, mode, "/longpre.html") as ep:
+        r = await ep.scroll_down()
+        assert quote not in r.text and "[1]" not in r.observation.page_text
+        step = ep.env.record.steps[-1]
+        assert quote in step.page_text and step.page_text.count("\n") >= LOG_LINES
+        assert step.page_text.startswith("Build log")  # from the top, not from the view
+        url = f"{site}/longpre.html"
+        assert citation_support([url], ep.env.record, [quote]) == (1, 1, 0)
+        assert citation_support([url], ep.env.record, ["line 2001: step 2001"]) == (1, 0, 0)
 
 
 @pytest.mark.parametrize("mode", MODES)
