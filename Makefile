@@ -2,7 +2,8 @@
 #
 #   make train   set up, then run the embedded default (python -m learner.train)
 #   make base    set up, then rebuild the tiny base model it starts from (shared/assets/tiny_base)
-#   make test    set up (with the test dependencies and the engines), then ruff and the test suite
+#   make test    set up (with the test dependencies and the engines), then ruff, the docs and the test suite
+#   make docs    set up (with the test dependencies), then serve the documentation on 127.0.0.1:8000
 #   make bench   set up (with the test dependencies), then every bench/*.py (each ends with one JSON line)
 #   make lock    re-resolve the Python dependencies into requirements/*.txt (hashed)
 #   make engines  build .venv-sglang / .venv-vllm from their lock files (cached by lock hash)
@@ -30,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # `make test PYTEST_ARGS=` runs the suite in one process.
 PYTEST_ARGS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup setup-test system-packages test lint bench train base lock clean \
+.PHONY: setup setup-test system-packages test lint docs docs-build bench train base lock clean \
 	engines engines-sglang engines-vllm
 
 setup: system-packages $(STAMP)
@@ -100,8 +101,18 @@ lint: setup-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The documentation site (mkdocs.yml, docs/): `make test` builds it with --strict into site/
+# (a broken link, a missing page or an unknown anchor fails the build); `make docs` serves it
+# on loopback, rebuilding on every edit. Nothing is fetched from the network.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs-build: setup-test
+	$(MKDOCS) build --strict --quiet --site-dir site
+
+docs: setup-test
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8000
+
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup-test engines lint
+test: setup-test engines lint docs-build
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; \
 	exit $$rc
@@ -124,4 +135,4 @@ engines-vllm:
 	PYTHON=$(PYTHON) engines/build.sh vllm
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site

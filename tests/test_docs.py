@@ -1,5 +1,7 @@
 """The documentation: the configuration reference is what ``shared.config_reference``
-generates from the option declarations now (every section and key in it)."""
+generates from the option declarations now (every section and key in it), and the
+README's links into ``docs/`` lead to pages that exist. ``make test`` also builds the
+site with ``mkdocs build --strict`` (broken links and anchors between pages fail it)."""
 
 from __future__ import annotations
 
@@ -54,3 +56,11 @@ def test_check_mode_fails_on_a_stale_page(tmp_path):
     assert config_reference.main(["--check", "--out", str(page)]) == 0
     page.write_text(page.read_text() + "an edit by hand\n")
     assert config_reference.main(["--check", "--out", str(page)]) == 1
+
+
+def test_the_readme_links_into_docs_lead_to_pages():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert links, "the README links into docs/"
+    missing = sorted({link for link in links if not (REPO / link).is_file()})
+    assert not missing, missing

@@ -1,10 +1,10 @@
-"""The README's "Scaling out" example, run as written through ``launch/*.sh`` on one machine.
+"""The documented "Scaling out" example, run as written through ``launch/*.sh`` on one machine.
 
-The test reads the example's code block from README.md and runs every command in
+The test reads the example's code block from docs/scale/launch.md and runs every command in
 it: one web, two sidecars (``SIDECARS=2``), the embedded inference server and two
 learner processes joined by ``jax.distributed`` over loopback (``COORDINATOR``,
-``NUM_PROCESSES``, ``PROCESS_ID``). It makes only the substitutions the README
-lists (hosts to 127.0.0.1, free ports, ``configs/tiny.toml``, a temporary
+``NUM_PROCESSES``, ``PROCESS_ID``). It makes only the substitutions the docs
+list (hosts to 127.0.0.1, free ports, ``configs/tiny.toml``, a temporary
 ``/shared``, a random token) and adds the same few ``--set``s to every command to
 make the run small. The learners train 3 GRPO steps and exit 0; then the web, the
 inference server and the sidecars are stopped with SIGTERM, and each must exit 0
@@ -50,11 +50,11 @@ SMALL = [
 ]
 
 
-def readme_example() -> list[str]:
-    """The shell commands of the first ``sh`` block of README.md's "Scaling out" section,
-    continuation lines joined, comments dropped."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Scaling out\n", 1)[1].split("\n## ", 1)[0]
+def documented_example() -> list[str]:
+    """The shell commands of the first ``sh`` block of docs/scale/launch.md's "Scaling out"
+    section, continuation lines joined, comments dropped."""
+    text = (REPO / "docs" / "scale" / "launch.md").read_text()
+    section = text.split("\n## Scaling out\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sh\n(.*?)```", section, re.S)[1]
     return [
         c.strip()
@@ -91,7 +91,7 @@ class Run:
         self.tmp = tmp
         self.shared = tmp / "shared"
         self.token = str(10**15 + secrets.randbelow(10**15))  # TOML would read it as a number
-        while True:  # the README's ports -> distinct free ones
+        while True:  # the example's ports -> distinct free ones
             sidecar = _free_pair()
             self.ports = {
                 "8900": _free_port(),
@@ -169,8 +169,8 @@ class Run:
                 proc.wait(10)
 
 
-def test_readme_scaling_out_example_trains_three_steps_and_stops_cleanly(tmp_path):
-    commands = readme_example()
+def test_documented_scaling_out_example_trains_three_steps_and_stops_cleanly(tmp_path):
+    commands = documented_example()
     scripts = [next(w for w in shlex.split(c) if "=" not in w) for c in commands]
     assert scripts == [
         "launch/web.sh",

@@ -1,6 +1,6 @@
 """Driving the environment from outside: reset/step results, make_env without a search
 config, page-defined rewards (real Chromium, a page server of our own on loopback) and
-the README's example, run as written."""
+the documented example (docs/concepts/driving.md), run as written."""
 
 from __future__ import annotations
 
@@ -313,20 +313,20 @@ async def test_api_mode_refuses_a_page_reward(site):
             await env.close()
 
 
-# ----------------------------------------------------------------------------- the README
+# ----------------------------------------------------------------------------- the docs
 
 
-def readme_example() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def documented_example() -> str:
+    text = (REPO / "docs" / "concepts" / "driving.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     found = [b for b in blocks if b.startswith(EXAMPLE_MARK + "\n")]
-    assert len(found) == 1, f"one README code block starts with {EXAMPLE_MARK!r}"
+    assert len(found) == 1, f"one code block of driving.md starts with {EXAMPLE_MARK!r}"
     return found[0]
 
 
-def test_the_readme_example_runs(tmp_path):
+def test_the_documented_example_runs(tmp_path):
     script = tmp_path / "example.py"
-    script.write_text(readme_example(), encoding="utf-8")
+    script.write_text(documented_example(), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout, whatever is installed
     done = subprocess.run(
         [sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True,
