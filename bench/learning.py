@@ -6,14 +6,23 @@ to ``--seed`` (another SFT data order, sampling, task order and other noisy-orac
 mistakes), reads the run's ``summary.json`` and checks what the learning run must
 show in api mode: test success at the training temperature after GRPO at least
 ``--min-gain`` (15) points above the SFT start, the two 95% Wilson intervals apart,
-the whole run within ``--max-minutes`` (40). ~25 minutes on 2 CPU cores.
+the whole run within ``--max-minutes`` (40). ~20 minutes on 2 CPU cores.
+
+The time check is made meaningful on a machine faster than the slowest one the run
+must fit: before the run it measures this machine's float32 matmul peak (``jit(x @ x)``
+on 2048 x 2048, as ``bench/learner.py``) and projects the run's minutes onto a machine
+of ``--reference-gflops`` (150 GFLOP/s: the slowest 2-core machine measured, where the
+default once took 36.4 minutes), assuming every phase slows down as the matmul peak
+does (the learner's phases do; the browser and HTTP phases roughly follow the CPU).
+The projection must keep ``--headroom`` (25 %) of ``--max-minutes``: <= 30 minutes.
 
     python bench/learning.py [--seed 0] [--config configs/tiny.toml] [--set k=v ...]
 
 Final line: {"bench": "learning", "seed", "mode", "n_test", "sft_success",
 "sft_ci95", "grpo_success", "grpo_ci95", "gain_points", "sft_greedy_success",
-"grpo_greedy_success", "wall_minutes", "run_dir", "checks": {...}, "ok"}; the exit
-status is 1 when a check fails.
+"grpo_greedy_success", "wall_minutes", "phase_minutes", "process_minutes",
+"matmul_peak_gflops", "reference_gflops", "projected_minutes", "run_dir",
+"checks": {...}, "ok"}; the exit status is 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.learner import matmul_peak_gflops  # noqa: E402
 from learner.train import DEFAULT_CONFIG, run_dir_of  # noqa: E402
 from shared.config import load  # noqa: E402
 
@@ -39,7 +49,13 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--min-gain", type=float, default=15.0, help="points")
     ap.add_argument("--max-minutes", type=float, default=40.0)
+    ap.add_argument(
+        "--reference-gflops", type=float, default=150.0,
+        help="matmul peak of the slowest machine the run must fit (GFLOP/s)",
+    )  # fmt: skip
+    ap.add_argument("--headroom", type=float, default=0.25, help="of --max-minutes")
     args = ap.parse_args()
+    peak = matmul_peak_gflops()  # before the run: nothing else on the cores
     name = f"bench-learning-seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     sets = [
         f"learner.seed={args.seed}", f"sft.seed={args.seed}", f"rollout.seed={args.seed}",
@@ -62,14 +78,24 @@ def main() -> int:
     keys = (
         "mode", "n_test", "sft_success", "sft_ci95", "grpo_success", "grpo_ci95",
         "gain_points", "sft_greedy_success", "grpo_greedy_success", "wall_minutes",
+        "phase_minutes",
     )  # fmt: skip
+    # on a slower machine than the reference, its own minutes are the projection
+    projected = minutes * max(1.0, peak / args.reference_gflops)
     checks = {
         "gain_at_least_min": summary["gain_points"] >= args.min_gain,
         "cis_apart": summary["grpo_ci95"][0] > summary["sft_ci95"][1],
         "within_max_minutes": minutes <= args.max_minutes,
+        "projected_within_headroom": projected <= args.max_minutes * (1 - args.headroom),
     }
-    out = {"bench": "learning", "seed": args.seed, **{k: summary[k] for k in keys}}
-    out |= {"process_minutes": round(minutes, 2), "run_dir": str(run_dir)}
+    out = {"bench": "learning", "seed": args.seed, **{k: summary.get(k) for k in keys}}
+    out |= {
+        "process_minutes": round(minutes, 2),
+        "matmul_peak_gflops": round(peak, 1),
+        "reference_gflops": args.reference_gflops,
+        "projected_minutes": round(projected, 2),
+        "run_dir": str(run_dir),
+    }
     out |= {"checks": checks, "ok": all(checks.values())}
     print(json.dumps(out))
     return 0 if out["ok"] else 1

@@ -112,9 +112,27 @@ def warm_start(
     if out.returncode != 0:
         raise RuntimeError(f"sft_export failed: {out.stderr[-2000:]}")
     say(out.stderr.strip().splitlines()[-1])
+    t_sft = time.monotonic()
     train_sft(cfg, data, sft_dir)
-    (sft_dir / "done.json").write_text(json.dumps({"minutes": (time.monotonic() - t0) / 60}))
+    done = {
+        "minutes": (time.monotonic() - t0) / 60,
+        "demos_minutes": (t_sft - t0) / 60,  # the demonstrations and their export
+        "sft_minutes": (time.monotonic() - t_sft) / 60,
+    }
+    (sft_dir / "done.json").write_text(json.dumps(done))
     return root
+
+
+def phase_minutes(run_dir: Path, phases: dict[str, float]) -> dict[str, float]:
+    """Minutes of each phase of the run: the warm start's (``sft/done.json``: demos with
+    their export, SFT) and ``phases`` (this invocation's test evaluations and GRPO)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError, ValueError):
+        done = json.loads((run_dir / "sft" / "done.json").read_text())
+        for key in ("demos", "sft"):
+            if f"{key}_minutes" in done:
+                out[key] = round(float(done[f"{key}_minutes"]), 2)
+    return out | {k: round(v, 2) for k, v in phases.items()}
 
 
 def sft_seconds_per_step(run_dir: Path) -> float:
@@ -363,9 +381,16 @@ def grpo_minutes_of(run_dir: Path, now: float = 0.0) -> float:
     return now + sum(float(r.get("grpo_minutes", 0.0)) for r in invocations(run_dir))
 
 
-def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minutes: float) -> dict:
+def summarize(
+    cfg: RunConfig,
+    run_dir: Path,
+    results: dict[str, dict],
+    wall_minutes: float,
+    phases: dict[str, float] | None = None,
+) -> dict:
     """summary.json, the table on stdout, and curves.png. ``wall_minutes`` is the run's
-    whole wall time: every invocation of a resumed run (``invocations.jsonl``)."""
+    whole wall time: every invocation of a resumed run (``invocations.jsonl``);
+    ``phase_minutes`` where the time went (:func:`phase_minutes`)."""
     t = cfg.inference.temperature
     sft, grpo = results["before"], results["after"]
     summary = {
@@ -388,6 +413,7 @@ def summarize(cfg: RunConfig, run_dir: Path, results: dict[str, dict], wall_minu
         "seed": cfg.learner.seed,
         **_control_keys(run_dir, results),
         "wall_minutes": round(wall_minutes, 2),
+        "phase_minutes": phase_minutes(run_dir, phases or {}),
         "invocations": len(invocations(run_dir)),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

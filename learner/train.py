@@ -113,6 +113,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     results: dict[str, dict] = {}
     first_step = -1
     grpo_s = 0.0  # this invocation's GRPO phase (the control spends the run's total)
+    phases: dict[str, float] = {}  # this invocation's phases after the warm start, minutes
     try:
         with Children(run_dir / "logs") as children:
             web, inference, urls = cfg.web.url, list(cfg.inference.urls), list(cfg.rollout.urls)
@@ -142,8 +143,10 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             testing = primary and cfg.learner.test_tasks > 0 and bool(web and inference)
 
             def test(tag: str) -> None:
+                t0 = time.monotonic()
                 for key, temp in ((tag, cfg.inference.temperature), (f"{tag}_greedy", 0.0)):
                     results[key] = evaluate_test(cfg, cfg_args, run_dir, web, inference, tag, temp)
+                phases[f"test_{tag}"] = (time.monotonic() - t0) / 60
 
             first_step = int(trainer.state.step)
             if testing and (first_step == 0 or tested_before(run_dir)):
@@ -158,6 +161,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
             t_grpo = time.monotonic()
             trainer.run(source)
             grpo_s = time.monotonic() - t_grpo
+            phases["grpo"] = grpo_s / 60
             if embedded:
                 children.stop_one("sidecar")  # its rollouts would compete with the evaluation
             if testing and trainer.version == int(trainer.state.step):
@@ -188,7 +192,7 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     step = int(trainer.state.step)
     print(f"trained to step {step}; run dir {run_dir}", flush=True)
     if {"before", "before_greedy", "after", "after_greedy"} <= set(results):
-        summarize(cfg, run_dir, results, wall_minutes_of(run_dir))
+        summarize(cfg, run_dir, results, wall_minutes_of(run_dir), phases)
         print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
 

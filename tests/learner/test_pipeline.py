@@ -183,6 +183,29 @@ def test_summary_writes_json_table_and_plot(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
+def test_summary_says_where_the_time_went(tmp_path):
+    """``phase_minutes``: the warm start's demos and SFT (from ``sft/done.json``, written
+    by the warm start) and the invocation's test evaluations and GRPO."""
+
+    def res(k, n=300):
+        return {"n": n, "success_rate": k / n, "mean_reward": k / n, "ci95": list(wilson(k, n))}
+
+    results = {"before": res(90), "before_greedy": res(150), "after": res(160)}
+    results["after_greedy"] = res(170)
+    (tmp_path / "sft").mkdir()
+    done = {"minutes": 11.5, "demos_minutes": 3.25, "sft_minutes": 8.25}
+    (tmp_path / "sft" / "done.json").write_text(json.dumps(done))
+    phases = {"test_before": 1.904, "grpo": 6.8, "test_after": 1.2}
+    s = summarize(RunConfig(), tmp_path, results, 21.1, phases)
+    assert s["phase_minutes"] == {
+        "demos": 3.25, "sft": 8.25, "test_before": 1.9, "grpo": 6.8, "test_after": 1.2,
+    }  # fmt: skip
+    (tmp_path / "sft" / "done.json").unlink()  # a run that reused another's warm start
+    assert summarize(RunConfig(), tmp_path, results, 9.0, phases)["phase_minutes"] == {
+        "test_before": 1.9, "grpo": 6.8, "test_after": 1.2,
+    }  # fmt: skip
+
+
 def test_sft_rows_are_shifted_and_weighted():
     from learner.sft import make_batch
 
