@@ -5,17 +5,22 @@ Three registries, each from a name to what it names (``get(name)``, ``name in``,
 
 - :data:`envs`: environment kinds (``env.kind``): an :class:`EnvKind` bundles an
   action table, the dialect the agent writes it in, whether it needs a browser,
-  a backend factory and a scripted oracle. In-tree: ``api``, ``playwright``, ``som``.
+  a backend factory and a scripted oracle. In-tree: ``api``, ``playwright``, ``som``
+  (:mod:`rollout.env`) and ``tools`` (:mod:`rollout.tools`).
 - :data:`task_sources`: where episodes' tasks come from (``rollout.task_source``):
   a callable ``source(TaskRequest) -> list[dict]``. In-tree: ``generated`` (the
-  task generator) and ``file`` (a tasks JSONL, ``rollout.tasks_file``).
+  task generator), ``file`` (a tasks JSONL, ``rollout.tasks_file``) and ``tools``.
 - :data:`verifiers`: task scorers by task ``type``: a callable with the in-tree
   scorers' signature, ``scorer(task, body, cited, record, config, judgement) ->
   (score in [0, 1], parts)`` (:mod:`rollout.verifiers.scorers`).
 
-The in-tree entries are registered by the modules that own them, imported on the
-first lookup. Third-party packages add entries through Python entry points in the
-groups ``deep_research_harness.envs``, ``deep_research_harness.task_sources`` and
+The in-tree entries are registered by functions of the modules that own them
+(``rollout.env:register_kinds``, ``rollout.tools:register_kind``, ...), which each
+registry names as data, the way an entry point names a plugin's object: on the first
+lookup (or registration) it imports those modules and calls the functions, in the
+order listed, so the in-tree names come in one order whatever was imported first.
+Third-party packages add entries through Python entry points in the groups
+``deep_research_harness.envs``, ``deep_research_harness.task_sources`` and
 ``deep_research_harness.verifiers``: the entry point's name is the registered
 name and it loads the object to register. Entry points are listed on the first
 lookup and each is loaded only when its name is asked for, so a broken plugin
@@ -23,22 +28,28 @@ fails only the runs that use it, with an error naming its distribution; a plugin
 that takes a name already registered (or two plugins one name) is an error too. The
 sidecar, the engine, ``rollout.eval``, SFT export and the learner never list
 these names: a run config naming a new one is all it takes.
+
+The registry is the bottom of the plugin system: everything registers into it and it
+imports none of it, neither what it registers nor who registers; its one import from
+the project is :mod:`rollout.action_spec` (what an action table is made of, itself
+importing nothing), which :class:`EnvKind` checks a kind's actions against.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from rollout.action_spec import ActionSpec, Answer
+
 if TYPE_CHECKING:
     import aiohttp
 
-    from rollout.actions import ActionSpec
     from rollout.browser_pool import Lease
     from rollout.env.core import Backend
     from rollout.net import Net
@@ -142,8 +153,6 @@ class EnvKind:
     reached: Callable[[Step], Iterable[str]] | None = None
 
     def __post_init__(self) -> None:
-        from rollout.actions import ActionSpec, Answer
-
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
             raise RegistryError(f"environment kind name {self.name!r}: expected {NAME.pattern}")
         if self.dialect not in DIALECTS:
@@ -192,8 +201,14 @@ class TaskRequest:
 
 
 class Registry(Generic[T]):
-    """Names -> objects: in-tree entries registered by ``builtins`` (a module imported on
-    the first lookup), third-party ones from the entry-point ``group``.
+    """Names -> objects: in-tree entries registered by ``builtins`` on the first lookup,
+    third-party ones from the entry-point ``group``.
+
+    ``builtins`` lists where the in-tree entries come from, in order: ``"module:function"``
+    (the module is imported and the function called with no arguments; it registers
+    them) or a bare ``"module"`` (imported; it registers them as it is imported). A
+    module that registers as it is imported fixes the order only when it is the one
+    builtin: the first of its registrations loads the others.
 
     ``label`` names what is registered in messages (``unknown mode 'x'``); ``key``
     is the config key that chooses among them; ``check`` validates an object before it
@@ -205,11 +220,12 @@ class Registry(Generic[T]):
         group: str,
         *,
         key: str = "",
-        builtins: str | None = None,
+        builtins: str | Sequence[str] | None = None,
         check: Callable[[str, Any], None] | None = None,
     ):
         self.label, self.group, self.key = label, group, key
-        self._builtins, self._check = builtins, check
+        self._check = check
+        self._builtins = (builtins,) if isinstance(builtins, str) else tuple(builtins or ())
         self._entries: dict[str, T] = {}
         self._plugins: dict[str, list[EntryPoint]] | None = None  # name -> entry points
         self._settled: set[str] = set()  # loaded from an entry point, or replaced by code
@@ -306,15 +322,16 @@ class Registry(Generic[T]):
         )
 
     def _load_builtins(self) -> None:
-        if self._builtins is None or self._loading_builtins:
+        if not self._builtins or self._loading_builtins:
             return
-        module, self._builtins = self._builtins, None
         self._loading_builtins = True
         try:
-            importlib.import_module(module)
-        except BaseException:
-            self._builtins = module  # try again on the next lookup
-            raise
+            while self._builtins:  # one that fails stays, to be tried again on the next lookup
+                module, _, function = self._builtins[0].partition(":")
+                loaded = importlib.import_module(module)
+                if function:
+                    getattr(loaded, function)()
+                self._builtins = self._builtins[1:]
         finally:
             self._loading_builtins = False
 
@@ -371,19 +388,23 @@ def _check_callable(what: str) -> Callable[[str, Any], None]:
 
 
 envs: Registry[EnvKind] = Registry(
-    "mode", ENV_GROUP, key="env.kind", builtins="rollout.env", check=_check_kind
+    "mode",
+    ENV_GROUP,
+    key="env.kind",
+    builtins=("rollout.env:register_kinds", "rollout.tools:register_kind"),
+    check=_check_kind,
 )
 task_sources: Registry[Callable[[TaskRequest], list[dict]]] = Registry(
     "task source",
     TASK_SOURCE_GROUP,
     key="rollout.task_source",
-    builtins="rollout.tasks.sources",
+    builtins=("rollout.tasks.sources:register_sources", "rollout.tools:register_task_source"),
     check=_check_callable("task source"),
 )
 verifiers: Registry[Callable[..., tuple[float, dict]]] = Registry(
     "task type",
     VERIFIER_GROUP,
     key="the task's type",
-    builtins="rollout.verifiers.scorers",
+    builtins=("rollout.verifiers.scorers:register_scorers",),
     check=_check_callable("verifier"),
 )

@@ -2,9 +2,17 @@
 
 ``make_env`` builds one episode's :class:`Environment` for the kind named, through
 its entry in :data:`rollout.registry.envs`; ``browsers_for`` opens the browser pool
-a kind needs (none for a kind without a browser). The in-tree kinds registered here:
-``api`` (search / visit / answer over HTTP), ``playwright`` (a browser driven by
-selectors) and ``som`` (the page's interactive elements numbered); see ``core``.
+a kind needs (none for a kind without a browser), ``browser_pool`` and
+``episode_lease`` the egress proxy, the pool and one episode's browser context. The
+in-tree kinds registered here (:func:`register_kinds`, called by the registry on its
+first lookup): ``api`` (search / visit / answer over HTTP), ``playwright`` (a browser
+driven by selectors) and ``som`` (the page's interactive elements numbered); see ``core``.
+
+What it may import: the registry, the top-level modules it is built from (the actions
+and their parser, the tracker and records, the network layer: urls, net, egress,
+browser pool, search client) and :mod:`rollout.verifiers`. Never what builds on it
+(:mod:`rollout.tools`, the sidecar and the commands that run episodes), nor
+:mod:`rollout.tasks` or :mod:`rollout.web` (``tests/test_import_boundaries.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ __all__ = [
     "make_env",
     "net_for",
     "policy_for",
+    "register_kinds",
     "render",
 ]
 
@@ -127,23 +136,16 @@ def _som_backend(ctx: BackendContext):
     return SomBackend(ctx.lease, ctx.policy, screenshots=env.screenshots, **_browser_options(env))
 
 
-envs.register(
-    "api",
+_KINDS = (
     EnvKind(
         "api", BUILTIN_ACTIONS["api"], _api_backend, dialect="xml", oracle=oracle_factory("api"),
         intro=API_INTRO, doc="Search API: search, visit (the page's text over HTTP), answer.",
     ),
-)  # fmt: skip
-envs.register(
-    "playwright",
     EnvKind(
         "playwright", BUILTIN_ACTIONS["playwright"], _playwright_backend, dialect="call",
         browser=True, oracle=oracle_factory("playwright"),
         doc="A Playwright browser: goto, click and fill by selector, scroll, extract_text, ...",
     ),
-)  # fmt: skip
-envs.register(
-    "som",
     EnvKind(
         "som", BUILTIN_ACTIONS["som"], _som_backend, dialect="som", browser=True,
         oracle=oracle_factory("som"),
@@ -152,48 +154,11 @@ envs.register(
 )  # fmt: skip
 
 
-def _register_tools() -> None:
-    """The second domain, ``tools`` (:mod:`rollout.tools`): tool calls over country
-    figures, no browser and no page; registered like a plugin's kind would be. Only its
-    action table is imported here (the package imports this one)."""
-    from rollout.tools import actions
-
-    def figures_read(step):
-        from rollout.tools.backend import figures_read as read
-
-        return read(step)
-
-    def backend(ctx: BackendContext):
-        from rollout.tools import make_backend
-
-        return make_backend(ctx.env.observation_chars)
-
-    def oracle(task, _web_url=None, rollout=None, *, noisy=False, seed=0, **_kwargs):
-        from rollout.tools import make_oracle
-
-        if rollout is None:
-            return make_oracle(task)
-        how = {
-            "spaced_names": rollout.oracle_spaced_names,
-            "batched": rollout.oracle_batched_lookups,
-        }
-        if noisy:  # the noisy oracle's habits: wrong indicators, one hop short
-            how.update(noise=rollout.oracle_noise, premature=rollout.oracle_premature, seed=seed)
-        return make_oracle(task, **how)
-
-    envs.register(
-        actions.KIND,
-        EnvKind(
-            actions.KIND, tuple(actions.table()), backend, dialect=actions.DIALECT,
-            browser=actions.NEEDS_BROWSER, opens_page=False, oracle=oracle,
-            intro=actions.INTRO, compact_intro=actions.COMPACT_INTRO,
-            doc="Tool calling over country figures: lookup, list_countries, airport, calculate, answer.",
-            reached=figures_read,
-        ),
-    )  # fmt: skip
-
-
-_register_tools()
+def register_kinds() -> None:
+    """Register the browser's three modes in :data:`rollout.registry.envs`. The registry
+    calls this on its first lookup: it names it among its in-tree entries."""
+    for kind in _KINDS:
+        envs.register(kind.name, kind)
 
 
 @contextlib.asynccontextmanager

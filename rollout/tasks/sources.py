@@ -4,8 +4,8 @@
   narrowed by ``rollout.task_types`` and ``rollout.task_templates``.
 - ``file``: the tasks of a JSONL file (``rollout.tasks_file``; ``--tasks FILE``), one task per
   line, in the generator's schema.
-- ``tools``: the tool-calling domain's tasks (:func:`rollout.tools.generate_tasks`), for
-  ``env.kind = "tools"``, narrowed by ``rollout.task_templates``.
+
+The tool-calling domain registers its own source, ``tools`` (:func:`rollout.tools.task_source`).
 
 A source is called with a :class:`~rollout.registry.TaskRequest` and returns a list of
 task dicts; a plugin's source has the same signature (see README, "Extending").
@@ -46,17 +46,8 @@ def from_file(request: TaskRequest) -> list[dict]:
     return tasks if request.n is None else tasks[: request.n]
 
 
-def tools(request: TaskRequest) -> list[dict]:
-    """The tool-calling domain's ``request.split``, ``request.n`` tasks (when None: 2000,
-    or all of them when fewer exist),
-    narrowed to ``rollout.task_templates`` (``tools_per_capita``, ...) when it names any."""
-    from rollout.tools import generate_tasks
-
-    n = request.n if request.n is not None else GENERATED_DEFAULT_N
-    templates = request.rollout.task_templates
-    return generate_tasks(request.split, n, request.seed, templates, up_to=request.n is None)
-
-
-task_sources.register("generated", generated)
-task_sources.register("file", from_file)
-task_sources.register("tools", tools)
+def register_sources() -> None:
+    """Register ``generated`` and ``file`` in :data:`rollout.registry.task_sources`; the
+    registry calls this on its first lookup (it names it among its in-tree entries)."""
+    task_sources.register("generated", generated)
+    task_sources.register("file", from_file)

@@ -10,17 +10,28 @@ sums, densities, "which of these has the highest ..." and a figure of an airport
 country (:mod:`rollout.tools.tasks`), scored by the ``qa`` verifier with a numeric
 ``tolerance``.
 
-What a registration of the ``tools`` environment kind needs:
+The domain registers itself as a plugin would: :func:`register_kind` (the ``tools``
+environment kind) and :func:`register_task_source` (the ``tools`` task source), which
+the registries name among their in-tree entries and call on their first lookup. The
+pieces a registration takes:
 
 - :data:`KIND`, :data:`ACTIONS` (the action table, for ``rollout.actions.ACTIONS[KIND]``),
   :data:`NEEDS_BROWSER`, :data:`DIALECT` (the generic parser's reader: calls),
   :data:`INTRO` and :data:`COMPACT_INTRO` (the opening lines of the action description);
-- :func:`make_backend`, :func:`make_oracle`, :func:`generate_tasks`.
+- :func:`make_backend`, :func:`make_oracle`, :func:`generate_tasks`, :func:`task_source`.
+
+What it may import: the registry, the top-level modules the environment is built from
+(the actions, the records), :mod:`rollout.env` (the backend's errors and observations),
+:mod:`rollout.tasks` (the split rule, the default number of tasks) and
+:mod:`rollout.web` (the figures). Nothing below it knows this domain: neither the
+environment nor the task generator imports it (``tests/test_import_boundaries.py``).
 """
 
 from __future__ import annotations
 
 from rollout.actions import ActionSpec
+from rollout.registry import BackendContext, EnvKind, TaskRequest, envs, task_sources
+from rollout.tasks.sources import GENERATED_DEFAULT_N
 from rollout.tools.actions import (
     COMPACT_INTRO,
     DIALECT,
@@ -33,7 +44,7 @@ from rollout.tools.actions import (
     Lookup,
     table,
 )
-from rollout.tools.backend import DEFAULT_OBSERVATION_CHARS, ToolBackend
+from rollout.tools.backend import DEFAULT_OBSERVATION_CHARS, ToolBackend, figures_read
 from rollout.tools.oracle import NoisyToolOracle, ToolOracle
 from rollout.tools.tasks import START_URL, generate_tasks
 
@@ -57,6 +68,9 @@ __all__ = [
     "generate_tasks",
     "make_backend",
     "make_oracle",
+    "register_kind",
+    "register_task_source",
+    "task_source",
 ]
 
 
@@ -86,3 +100,53 @@ def make_oracle(
     return NoisyToolOracle(
         task, p=noise, premature=premature, seed=seed, spaced_names=spaced_names, batched=batched
     )
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def _backend(ctx: BackendContext) -> ToolBackend:
+    return make_backend(ctx.env.observation_chars)
+
+
+def _oracle(task, _web_url=None, rollout=None, *, noisy=False, seed=0, **_kwargs) -> ToolOracle:
+    if rollout is None:
+        return make_oracle(task)
+    how = {
+        "spaced_names": rollout.oracle_spaced_names,
+        "batched": rollout.oracle_batched_lookups,
+    }
+    if noisy:  # the noisy oracle's habits: wrong indicators, one hop short
+        how.update(noise=rollout.oracle_noise, premature=rollout.oracle_premature, seed=seed)
+    return make_oracle(task, **how)
+
+
+def register_kind() -> None:
+    """Register the ``tools`` environment kind in :data:`rollout.registry.envs`: tool
+    calls over country figures, no browser and no page. The registry calls this on its
+    first lookup, after the browser's modes (:func:`rollout.env.register_kinds`)."""
+    envs.register(
+        KIND,
+        EnvKind(
+            KIND, tuple(table()), _backend, dialect=DIALECT, browser=NEEDS_BROWSER,
+            opens_page=False, oracle=_oracle, intro=INTRO, compact_intro=COMPACT_INTRO,
+            doc="Tool calling over country figures: lookup, list_countries, airport, calculate, answer.",
+            reached=figures_read,
+        ),
+    )  # fmt: skip
+
+
+def task_source(request: TaskRequest) -> list[dict]:
+    """The ``tools`` task source: the domain's ``request.split``, ``request.n`` tasks (when
+    None: 2000, or all of them when fewer exist), narrowed to ``rollout.task_templates``
+    (``tools_per_capita``, ...) when it names any."""
+    n = request.n if request.n is not None else GENERATED_DEFAULT_N
+    templates = request.rollout.task_templates
+    return generate_tasks(request.split, n, request.seed, templates, up_to=request.n is None)
+
+
+def register_task_source() -> None:
+    """Register :func:`task_source` as ``tools`` in :data:`rollout.registry.task_sources`;
+    the registry calls this on its first lookup, after the in-tree sources of
+    :mod:`rollout.tasks.sources`."""
+    task_sources.register("tools", task_source)

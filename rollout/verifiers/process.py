@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rollout.records import EpisodeRecord, Step
+from rollout.registry import envs
 from rollout.verifiers.citations import url_key
 from rollout.verifiers.config import SUCCESS, ProcessConfig, VerifierConfig
 from rollout.verifiers.judge import Judge, JudgeError, MalformedVerdict
@@ -138,8 +139,6 @@ def pages_reached(record: EpisodeRecord) -> set[str]:
 
 
 def _reached_by(mode: str) -> Callable[[Step], Iterable[str]] | None:
-    from rollout.registry import envs  # the registry imports environments: not at import time
-
     return envs.get(mode).reached if mode in envs else None
 
 

@@ -13,8 +13,9 @@ the task type, so every trajectory of a GRPO group carries the same reward parts
 - ``multi_doc``: key-fact coverage (normalised containment), mixed with the
   judge's verdict when one is given (see :class:`~rollout.verifiers.config.MultiDocConfig`).
 
-They are registered by type in :data:`rollout.registry.verifiers`; a plugin adds a task
-type with a scorer of the same signature (entry-point group
+They are registered by type in :data:`rollout.registry.verifiers` by
+:func:`register_scorers`, which the registry calls on its first lookup; a plugin adds a
+task type with a scorer of the same signature (entry-point group
 ``deep_research_harness.verifiers``).
 """
 
@@ -130,8 +131,14 @@ BUILTIN_SCORERS: dict[str, Scorer] = {
     "citation": score_citation,
     "multi_doc": score_multi_doc,
 }
-for _name, _scorer in BUILTIN_SCORERS.items():
-    verifiers.register(_name, _scorer)
+
+
+def register_scorers() -> None:
+    """Register :data:`BUILTIN_SCORERS` in :data:`rollout.registry.verifiers`; the
+    registry calls this on its first lookup (it names it among its in-tree entries)."""
+    for name, scorer in BUILTIN_SCORERS.items():
+        verifiers.register(name, scorer)
+
 
 # Every task type's scorer, in-tree and plugins' (``name in SCORERS``, ``SCORERS[name]``).
 SCORERS = verifiers

@@ -1,11 +1,14 @@
 """The registries of environments, task sources and verifiers (``rollout.registry``)."""
 
 import contextlib
+import importlib
 import json
+import subprocess
 import sys
 import textwrap
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -30,6 +33,8 @@ from rollout.registry import (
 )
 from rollout.verifiers import verify
 from shared import config as cfg
+
+REPO = Path(__file__).resolve().parents[2]
 
 # ----------------------------------------------------------------------------- the registry
 
@@ -90,6 +95,43 @@ def test_builtins_are_imported_on_the_first_lookup(tmp_path, monkeypatch):
             reg.register("inner", "again")
     finally:
         sys.modules.pop("drh_test_builtins", None)
+
+
+def test_builtins_register_in_their_order_whatever_is_imported_first(tmp_path, monkeypatch):
+    reg = Registry(
+        "widget", "drh.test.none", builtins=("drh_test_first:register", "drh_test_second:register")
+    )
+    monkeypatch.setitem(sys.modules, "drh_test_holder", types.SimpleNamespace(REG=reg))
+    for name in ("first", "second"):
+        (tmp_path / f"drh_test_{name}.py").write_text(
+            f"import drh_test_holder\n\n\ndef register():\n"
+            f"    drh_test_holder.REG.register({name!r}, {name!r})\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        importlib.import_module("drh_test_second")  # importing registers nothing
+        assert reg._entries == {}
+        assert reg.names() == ("first", "second")  # the first lookup calls both, in order
+    finally:
+        for name in ("drh_test_first", "drh_test_second"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("first", ["rollout.env", "rollout.tools", "rollout.tasks.sources"])
+def test_the_in_tree_names_come_in_one_order_whatever_is_imported_first(first):
+    code = (
+        f"import json, {first}\n"
+        "from rollout.registry import envs, task_sources, verifiers\n"
+        "print(json.dumps([envs.names()[:4], task_sources.names()[:3], verifiers.names()[:4]]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == [
+        ["api", "playwright", "som", "tools"],
+        ["generated", "file", "tools"],
+        ["qa", "browse_comp", "citation", "multi_doc"],
+    ]
 
 
 # ----------------------------------------------------------------------------- entry points
