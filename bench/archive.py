@@ -48,14 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
-from rollout.archive import Archive
-from rollout.archive_format import request_key, warcinfo
-from rollout.archive_index import file_index_entry, file_index_header, file_index_path
+from rollout.archive.format import request_key, warcinfo
+from rollout.archive.index import file_index_entry, file_index_header, file_index_path
+from rollout.archive.store import Archive
 from rollout.env import browsers_for, net_for
 from rollout.eval import run_episode
-from rollout.procs import web_for
+from rollout.sidecar.procs import web_for
 from rollout.tasks.generate import generate
-from rollout.tracker import RECORD_SUFFIX
+from rollout.tracking.tracker import RECORD_SUFFIX
 from rollout.web.build import load
 from shared.config import add_config_args, config_from_args
 
@@ -202,7 +202,7 @@ def rss():  # (anonymous, file-backed) resident MB: the process's own memory, ma
     return tuple(int(status[k].split()[0]) / 1024 for k in ("RssAnon", "RssFile"))
 def growth(now, before):
     return {"anon_mb": round(now[0] - before[0], 1), "file_mb": round(now[1] - before[1], 1)}
-from rollout.archive import Archive
+from rollout.archive.store import Archive
 import numpy
 before = rss()
 t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Generation with ``learner.engine``: the default decode program against the one compiled
+"""Generation with ``learner.serving.engine``: the default decode program against the one compiled
 without XLA:CPU's YNNPACK fusions, side by side, at several batch widths.
 
 The model is the tiny Qwen2 shape of the Tunix comparison (vocab 512, hidden 128, 4
@@ -35,10 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from flax import nnx  # noqa: E402
 
-from learner import engine as engine_mod  # noqa: E402
-from learner.engine import Engine, Request, SamplingParams  # noqa: E402
-from learner.model import Model  # noqa: E402
-from learner.modelconfig import ModelConfig, tiny_config  # noqa: E402
+from learner.model.config import ModelConfig, tiny_config  # noqa: E402
+from learner.model.params import Model  # noqa: E402
+from learner.serving import engine as engine_mod  # noqa: E402
+from learner.serving.engine import Engine, Request, SamplingParams  # noqa: E402
 
 
 def model(name: str) -> Model:

@@ -2,7 +2,7 @@
 
 The same model (the tiny policy, random weights of a realistic scale, exported as HF
 safetensors in float32) and the same requests, sent through the rollout's own client
-(``rollout.inference.InferenceClient``, each engine's protocol), one engine after the
+(``rollout.sidecar.inference.InferenceClient``, each engine's protocol), one engine after the
 other, each started as ``learner.train`` starts it (``learner.serve`` or
 ``python -m learner.engines``) and warmed up on every shape first:
 
@@ -48,12 +48,12 @@ sys.path.insert(0, str(REPO))
 
 from flax import nnx  # noqa: E402
 
-from learner.embedded import Children  # noqa: E402
-from learner.engines import untied_export  # noqa: E402
-from learner.hf import export_hf, load_hf  # noqa: E402
-from learner.model import Model, get_params, set_params, tiny_config  # noqa: E402
-from learner.step import row_logprobs  # noqa: E402
-from rollout.inference import InferenceClient, Sampling  # noqa: E402
+from learner.embedded.children import Children  # noqa: E402
+from learner.model.hf import export_hf, load_hf  # noqa: E402
+from learner.model.params import Model, get_params, set_params, tiny_config  # noqa: E402
+from learner.serving.engines import untied_export  # noqa: E402
+from learner.training.step import row_logprobs  # noqa: E402
+from rollout.sidecar.inference import InferenceClient, Sampling  # noqa: E402
 from shared.tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 
 NEW_TOKENS = 128

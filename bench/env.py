@@ -63,9 +63,9 @@ sys.path.insert(0, str(REPO))
 
 from playwright.async_api import async_playwright  # noqa: E402
 
-from rollout.browser_pool import DEFAULT_ARGS  # noqa: E402
 from rollout.env import browser_pool, make_env  # noqa: E402
 from rollout.env.browser import run_labeller  # noqa: E402
+from rollout.env.pool import DEFAULT_ARGS  # noqa: E402
 from rollout.env.som_js import (  # noqa: E402
     LABELLER_INIT_JS,
     LISTENER_INIT_JS,
@@ -73,7 +73,7 @@ from rollout.env.som_js import (  # noqa: E402
     REMOVE_OVERLAY_JS,
 )
 from rollout.eval import run_all  # noqa: E402
-from rollout.procs import start_child  # noqa: E402
+from rollout.sidecar.procs import start_child  # noqa: E402
 from rollout.tasks.generate import generate  # noqa: E402
 from rollout.web.build import load  # noqa: E402
 from shared.config import EnvConfig, RolloutConfig, RunConfig  # noqa: E402

@@ -38,11 +38,11 @@ from flax import nnx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from learner.batching import pack  # noqa: E402
-from learner.model import Model, param_info  # noqa: E402
-from learner.modelconfig import tiny_config  # noqa: E402
-from learner.sharding import make_mesh  # noqa: E402
-from learner.step import compile_step, new_state, place_batch  # noqa: E402
+from learner.model.config import tiny_config  # noqa: E402
+from learner.model.params import Model, param_info  # noqa: E402
+from learner.training.batching import pack  # noqa: E402
+from learner.training.sharding import make_mesh  # noqa: E402
+from learner.training.step import compile_step, new_state, place_batch  # noqa: E402
 from shared.config import LearnerConfig, MeshConfig  # noqa: E402
 from shared.wire import Trajectory, TrajectoryGroup  # noqa: E402
 

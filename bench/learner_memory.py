@@ -51,10 +51,10 @@ def child(config: str, overrides: list[str], steps: int) -> dict:
 
     import numpy as np
 
-    from learner.batching import pack
-    from learner.loop import _round_up, build_model
-    from learner.sharding import make_mesh
-    from learner.step import compile_step, new_state, place_batch, rows_multiple
+    from learner.training.batching import pack
+    from learner.training.loop import _round_up, build_model
+    from learner.training.sharding import make_mesh
+    from learner.training.step import compile_step, new_state, place_batch, rows_multiple
     from shared import config as config_mod
 
     # bench/learner.py's synthetic groups, timing and XLA peak (a file of the same name

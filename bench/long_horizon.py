@@ -36,7 +36,7 @@ import aiohttp
 
 from rollout.env import browsers_for
 from rollout.eval import run_episode
-from rollout.procs import web_for
+from rollout.sidecar.procs import web_for
 from rollout.tasks.generate import SPLITS, generate
 from rollout.tasks.long_horizon import FAMILIES, MAX_STEPS
 from rollout.web.build import load

@@ -9,7 +9,7 @@ line, in groups of ``rollout.group_size``) measures given lengths instead; ``--s
 FILE`` writes the collected ones in that form.
 
 The lengths are cut into steps of ``learner.groups_per_step`` groups and each step
-is laid out by ``learner.batching.pack``, for the config's length buckets, the
+is laid out by ``learner.training.batching.pack``, for the config's length buckets, the
 default ones and any ``--buckets``:
 
 - unpacked: one trajectory per row, rows = groups_per_step x group_size (today's);
@@ -44,10 +44,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from learner.batching import pack  # noqa: E402
-from learner.embedded import Children  # noqa: E402
-from learner.source import GroupSource  # noqa: E402
+from learner.embedded.children import Children  # noqa: E402
 from learner.train import DEFAULT_CONFIG  # noqa: E402
+from learner.training.batching import pack  # noqa: E402
+from learner.training.source import GroupSource  # noqa: E402
 from shared.config import LearnerConfig, RunConfig, load  # noqa: E402
 from shared.wire import Trajectory, TrajectoryGroup  # noqa: E402
 

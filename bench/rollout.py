@@ -3,7 +3,7 @@
 For each mode, GRPO groups (G=4) of oracle episodes run through the rollout
 engine (environment, tokenization, trajectories) at 1, 4, 8, 16 and 32
 concurrent episodes. Measured in the same run: episodes per second at each
-level, and, from a sampler polling /proc every 0.1 s (``rollout.proc_stats``),
+level, and, from a sampler polling /proc every 0.1 s (``rollout.sidecar.proc_stats``),
 the CPU seconds per episode and per step of each kind of process of the tree:
 
 - ``sidecar``: this process, which plays the sidecar's Python process: the
@@ -72,11 +72,11 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rollout.buffer import TrajectoryBuffer  # noqa: E402
-from rollout.engine import RolloutEngine  # noqa: E402
 from rollout.env import browser_pool  # noqa: E402
-from rollout.proc_stats import TreeSampler  # noqa: E402
-from rollout.procs import start_child  # noqa: E402
+from rollout.sidecar.buffer import TrajectoryBuffer  # noqa: E402
+from rollout.sidecar.engine import RolloutEngine  # noqa: E402
+from rollout.sidecar.proc_stats import TreeSampler  # noqa: E402
+from rollout.sidecar.procs import start_child  # noqa: E402
 from rollout.tasks.generate import generate  # noqa: E402
 from rollout.web.build import load  # noqa: E402
 from shared.config import RunConfig  # noqa: E402

@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO))
 
 from flax import nnx  # noqa: E402
 
-from learner.checkpoint import Checkpointer  # noqa: E402
-from learner.model import Model, get_params, sequence_logprobs, set_params, tiny_config  # noqa: E402
+from learner.model.params import Model, get_params, sequence_logprobs, set_params, tiny_config  # noqa: E402
+from learner.training.checkpoint import Checkpointer  # noqa: E402
 from shared.tokenizer import TINY_TOKENIZER_DIR  # noqa: E402
 
 NEW_TOKENS = 128
@@ -209,8 +209,8 @@ def arithmetic(turns: list[dict]) -> dict:
     """The episode's last turn over its first, in FLOPs, with the prefix cache, for the
     served tiny model and for the Qwen2.5-7B shape: the floor of ``last_over_first``
     (a server cannot do less work than this; fixed per-request costs only flatten it)."""
-    from learner.dryrun import PRESETS
-    from learner.modelconfig import ModelConfig
+    from learner.model.config import ModelConfig
+    from learner.training.dryrun import PRESETS
 
     shapes = {"tiny": tiny_config(), "qwen2.5-7b": ModelConfig(**PRESETS["qwen2.5-7b"])}
     out = {}

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollout.env import browsers_for
 from rollout.eval import run_episode
-from rollout.procs import group_pids, web_for
+from rollout.sidecar.procs import group_pids, web_for
 from rollout.tasks.generate import generate
 from rollout.web.build import load
 from shared.config import EnvConfig, RolloutConfig, RunConfig

@@ -1,17 +1,22 @@
-"""The learner: JAX/Flax GRPO over a device mesh (see README).
+"""The learner: JAX/Flax GRPO over a device mesh.
 
-It holds everything JAX: the model and its Hugging Face import and export, GRPO and
-the train step, the shardings, the train loop and its hooks, Orbax checkpoints, the
-embedded inference server (:mod:`learner.serve`) and the embedded pipeline that starts
-the rest of a run on one machine.
+Its packages, by role: :mod:`learner.model` (the architecture, the parameters, the
+forward pass, Hugging Face and Orbax in and out), :mod:`learner.serving` (the embedded
+inference server that speaks SGLang's protocol, and the real SGLang and vLLM servers as
+children), :mod:`learner.training` (GRPO, batches, the step, the mesh, the loop,
+checkpoints, trackers, the dry run) and :mod:`learner.embedded` (the embedded default's
+pipeline: its child processes, the warm start, the phases around GRPO). The commands sit
+on top: ``python -m learner.train`` (:mod:`learner.train`), ``learner.inspect``, and the
+thin ``learner.serve``, ``learner.engines``, ``learner.sft`` and ``learner.base``, each
+naming the module that holds its code.
 
 What it may import: :mod:`shared` (the wire schema, the run config, the tokenizer) and
 the JAX stack; never :mod:`rollout` or playwright: it reaches the rollout side over
 HTTP only (``tests/test_import_boundaries.py``).
 
 Importing it with ``LEARNER_KEEP_FREED_MEMORY=1`` in the environment keeps freed host
-memory in the process for XLA:CPU's large per-run buffers (:mod:`learner.host_memory`)."""
+memory in the process for XLA:CPU's large per-run buffers (:mod:`learner.training.host_memory`)."""
 
-from learner.host_memory import keep_freed_memory
+from learner.training.host_memory import keep_freed_memory
 
 keep_freed_memory()

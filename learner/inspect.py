@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from learner.checkpoint import Checkpointer, committed_steps
-from learner.loading import open_source, resolve_checkpoint, restore_checkpoint
+from learner.model.loading import open_source, resolve_checkpoint, restore_checkpoint
+from learner.training.checkpoint import Checkpointer, committed_steps
 
 
 def describe_sharding(m: Any) -> str:
@@ -159,7 +159,7 @@ def diff(path_a: str | Path, path_b: str | Path) -> dict[str, Any]:
 
 def export(path: str | Path, out: str | Path, dtype: str = "bfloat16", untie: bool = False) -> Path:
     """The checkpoint as an HF directory SGLang and vLLM load (``untie``: see ``export_hf``)."""
-    from learner.hf import export_hf
+    from learner.model.hf import export_hf
 
     source = open_source(checkpoint=path)
     return export_hf(

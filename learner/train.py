@@ -9,7 +9,7 @@ from its latest committed checkpoint. ``--dry-run`` prints the per-device memory
 budget of the configured model on the configured mesh and exits (1 if it does not
 fit in ``mesh.device_memory_gib``); ``--compile`` adds XLA's figures for the real
 train step compiled for that mesh, and they decide; ``--max-length`` searches the
-longest row that fits (``learner.dryrun``).
+longest row that fits (``learner.training.dryrun``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class DevEvaluator:
         self.web, self.inference, self.run_dir = web, inference, run_dir
 
     def __call__(self, cfg: RunConfig, step: int) -> dict:
-        from learner.pipeline import run_eval
+        from learner.embedded.pipeline import run_eval
 
         return run_eval(
             self.cfg_args, cfg.env.mode, "dev", cfg.learner.eval_tasks, self.web,
@@ -78,12 +78,11 @@ class DevEvaluator:
 
 
 def train(cfg: RunConfig, args: argparse.Namespace) -> int:
-    from learner.distributed import initialize
+    from learner.training.distributed import initialize
 
     primary = not initialize(cfg.mesh) or _process_index() == 0
-    from learner.embedded import Children, start_embedded, start_inference, start_sidecar
-    from learner.loop import Trainer
-    from learner.pipeline import (
+    from learner.embedded.children import Children, start_embedded, start_inference, start_sidecar
+    from learner.embedded.pipeline import (
         check_test_tasks,
         control_sft,
         evaluate_test,
@@ -94,7 +93,8 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
         wall_minutes_of,
         warm_start,
     )
-    from learner.source import GroupSource
+    from learner.training.loop import Trainer
+    from learner.training.source import GroupSource
 
     t_start, started_at = time.monotonic(), time.time()
     run_dir = run_dir_of(cfg)
@@ -270,7 +270,7 @@ def _link_latest(run_dir: Path) -> None:
 
 def _simulate_cpu_devices(n: int) -> None:
     """Give the CPU backend ``n`` devices, if it has not started yet (it cannot change
-    once started; ``learner.dryrun`` then re-runs the command with simulated devices)."""
+    once started; ``learner.training.dryrun`` then re-runs the command with simulated devices)."""
     import jax
 
     if n:
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         if args.compile:
             _simulate_cpu_devices(cfg.mesh.num_devices)
-        from learner.dryrun import main as dry_run
+        from learner.training.dryrun import main as dry_run
 
         argv = list(sys.argv[1:] if argv is None else argv)
         return dry_run(cfg, compile=args.compile, longest=args.max_length, argv=argv)

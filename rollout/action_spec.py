@@ -5,7 +5,7 @@ An environment kind's action table (:class:`rollout.registry.EnvKind`) is a tupl
 arguments, a line of documentation and an example; every table has an
 :class:`Answer`. The registry checks a kind's table against these classes, so they
 live here, below the registry, with nothing else: the in-tree actions and tables
-are :mod:`rollout.actions` (which re-exports every name here, the names plugins use).
+are :mod:`rollout.agent.actions` (which re-exports every name here, the names plugins use).
 This module imports no other module of the project.
 """
 

@@ -37,12 +37,12 @@ from pathlib import Path
 
 import aiohttp
 
-from rollout.browser_pool import BrowserLost
+from rollout.agent.policies import scripted_oracle
 from rollout.env import browsers_for, episode_lease, make_env
 from rollout.env.core import InfraError
-from rollout.policies import scripted_oracle
-from rollout.procs import web_for
+from rollout.env.pool import BrowserLost
 from rollout.registry import RegistryError, TaskRequest, envs, task_sources
+from rollout.sidecar.procs import web_for
 from rollout.verifiers import verifier_config
 from shared.config import RunConfig, add_config_args, config_from_args
 from shared.progress import Progress
@@ -79,9 +79,9 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
 
 
 async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
-    from rollout.episode import Limits
-    from rollout.episode import run_episode as run_tokens
-    from rollout.inference import InferenceClient, Sampling
+    from rollout.sidecar.episode import Limits
+    from rollout.sidecar.episode import run_episode as run_tokens
+    from rollout.sidecar.inference import InferenceClient, Sampling
     from shared.tokenizer import load_tokenizer
 
     inf = cfg.inference

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from rollout.actions import ACTIONS, EXAMPLE_SITE, MODES, describe_actions, render_call
+from rollout.agent.actions import ACTIONS, EXAMPLE_SITE, MODES, describe_actions, render_call
 from shared.tokenizer import CHATML_TEMPLATE
 from shared.tokenizer import Tokenizer as ChatTokenizer
 

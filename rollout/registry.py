@@ -50,11 +50,11 @@ from rollout.action_spec import ActionSpec, Answer
 if TYPE_CHECKING:
     import aiohttp
 
-    from rollout.browser_pool import Lease
     from rollout.env.core import Backend
-    from rollout.net import Net
-    from rollout.records import Step
-    from rollout.urls import UrlPolicy
+    from rollout.env.pool import Lease
+    from rollout.net.core import Net
+    from rollout.net.urls import UrlPolicy
+    from rollout.tracking.records import Step
     from shared.config import EnvConfig, RolloutConfig, RunConfig, SearchConfig
 
 __all__ = [
@@ -121,7 +121,7 @@ class EnvKind:
     """An environment kind: everything ``env.kind = NAME`` selects.
 
     ``actions`` is the single source of what the agent may do: the parser reads it,
-    the system prompt is rendered from it (:func:`rollout.actions.describe_actions`).
+    the system prompt is rendered from it (:func:`rollout.agent.actions.describe_actions`).
     ``dialect`` is how the agent writes an action: ``xml`` (``<action>NAME</action>``
     and argument tags), ``call`` (a Python call read with :mod:`ast`, never run) or
     ``som`` (calls, plus the bracket form ``click [3]``). ``browser``: episodes need a
@@ -164,12 +164,12 @@ class EnvKind:
         if not actions or not all(isinstance(a, ActionSpec) for a in actions):
             raise RegistryError(
                 f"environment kind {self.name!r}: actions must be a non-empty sequence of "
-                "rollout.actions.ActionSpec"
+                "rollout.agent.actions.ActionSpec"
             )
         if not any(issubclass(a.cls, Answer) for a in actions):
             raise RegistryError(
                 f"environment kind {self.name!r}: its actions need an answer "
-                "(rollout.actions.Answer), the action that ends an episode"
+                "(rollout.agent.actions.Answer), the action that ends an episode"
             )
         names = [a.name for a in actions]
         if len(set(names)) != len(names):

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from rollout.search_client import BACKENDS, SearchError, SearchHit, make_search_client
+from rollout.net.search_client import BACKENDS, SearchError, SearchHit, make_search_client
 from shared.config import ConfigError, RunConfig, add_config_args, config_from_args
 
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from rollout.records import EpisodeRecord, task_split
-from rollout.tracker import RecordError, iter_record_files, read_record
+from rollout.tracking.records import EpisodeRecord, task_split
+from rollout.tracking.tracker import RecordError, iter_record_files, read_record
 from shared.chat import stub_text
 
 HELD_OUT_SPLITS = ("dev", "test")

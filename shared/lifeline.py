@@ -1,7 +1,7 @@
 """A child that ends with the process that started it.
 
 ``learner.train`` starts the web, the inference server and the sidecars as
-children in process groups of their own (``learner.embedded.Children``) and
+children in process groups of their own (``learner.embedded.children.Children``) and
 stops them on its way out, however it ends, except one way: a SIGKILL (or an
 out-of-memory kill) gives it no way out, and its children would run on. So
 ``Children`` names itself in the child's environment (:data:`ENV`), and the
@@ -12,12 +12,13 @@ as ``Children.stop`` would, SIGTERM and, after a grace period, SIGKILL.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
 import time
 
-ENV = "DRH_PARENT_PID"  # set by learner.embedded.Children for its children only
+ENV = "DRH_PARENT_PID"  # set by learner.embedded.children.Children for its children only
 
 
 def watch_parent(every_s: float = 1.0, grace_s: float = 10.0) -> bool:
@@ -62,3 +63,18 @@ def group_pids(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             out.append(int(d))
     return out
+
+
+async def wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until a killed process group has no live member. SIGKILL is delivered at once,
+    but each process takes a moment to tear down (and ones whose parent died are reaped
+    by init), so a ``killpg`` alone does not mean the group is gone when it returns.
+    False if members are still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while group_pids(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True

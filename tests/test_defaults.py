@@ -16,10 +16,11 @@ import inspect
 
 import pytest
 
-from learner import batching, grpo
-from learner.grpo import ADV_DDOF
-from rollout import browser_pool, episode, inference
+from learner.training import batching, grpo
+from learner.training.grpo import ADV_DDOF
 from rollout.env import browser, core
+from rollout.env import pool as browser_pool
+from rollout.sidecar import episode, inference
 from shared import config as C
 
 RUN = C.RunConfig()

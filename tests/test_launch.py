@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.procs import group_pids
+from rollout.sidecar.procs import group_pids
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -41,7 +41,7 @@ def plugin_env(tmp_path_factory):
 
 def test_the_plugin_is_found_by_its_entry_points(plugin_env):
     code = """
-from rollout.records import EpisodeRecord
+from rollout.tracking.records import EpisodeRecord
 from rollout.registry import task_sources, verifiers
 from rollout.verifiers import verify
 

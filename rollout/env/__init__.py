@@ -8,10 +8,14 @@ in-tree kinds registered here (:func:`register_kinds`, called by the registry on
 first lookup): ``api`` (search / visit / answer over HTTP), ``playwright`` (a browser
 driven by selectors) and ``som`` (the page's interactive elements numbered); see ``core``.
 
-What it may import: the registry, the top-level modules it is built from (the actions
-and their parser, the tracker and records, the network layer: urls, net, egress,
-browser pool, search client) and :mod:`rollout.verifiers`. Never what builds on it
-(:mod:`rollout.tools`, the sidecar and the commands that run episodes), nor
+It also holds the browser pool (:mod:`~rollout.env.pool`: Chromium processes, each
+hosting a few browser contexts).
+
+What it may import: the registry, what it is built from (:mod:`rollout.agent`: the
+actions and their parser; :mod:`rollout.tracking`: the record and the tracker;
+:mod:`rollout.net`: urls, egress, search client; :mod:`rollout.archive`), the
+verifiers (:mod:`rollout.verifiers`) and :mod:`shared`. Never what builds on it
+(:mod:`rollout.tools`, :mod:`rollout.sidecar` and the commands that run episodes), nor
 :mod:`rollout.tasks` or :mod:`rollout.web` (``tests/test_import_boundaries.py``).
 """
 
@@ -23,16 +27,16 @@ from pathlib import Path
 
 import aiohttp
 
-from rollout.actions import API_INTRO, BUILTIN_ACTIONS
-from rollout.browser_pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
-from rollout.egress import EgressProxy, GateRefused
+from rollout.agent.actions import API_INTRO, BUILTIN_ACTIONS
+from rollout.agent.policies import oracle_factory
 from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
 from rollout.env.observation import Observation, render
-from rollout.net import Net, RobotsRefused, net_for, policy_for
-from rollout.policies import oracle_factory
+from rollout.env.pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
+from rollout.net.core import Net, RobotsRefused, net_for, policy_for
+from rollout.net.egress import EgressProxy, GateRefused
+from rollout.net.resolver import AddressRefused
+from rollout.net.search_client import make_search_client
 from rollout.registry import BackendContext, EnvKind, envs
-from rollout.resolver import AddressRefused
-from rollout.search_client import make_search_client
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
 __all__ = [
@@ -219,7 +223,7 @@ async def episode_lease(pool: BrowserPool | None, episode_id: str) -> AsyncItera
     proxies the context goes out through its own egress channel, so the episode keeps
     one upstream; without, through the egress proxy's shared port as always. With
     ``env.archive`` on, its traffic is recorded (flushed before the context closes) or
-    answered from the archive (:mod:`rollout.archive_browser`)."""
+    answered from the archive (:mod:`rollout.archive.browser`)."""
     if pool is None:
         yield None
         return
@@ -243,7 +247,7 @@ async def episode_lease(pool: BrowserPool | None, episode_id: str) -> AsyncItera
 async def _attach_archive(lease: Lease, net: Net | None, episode_id: str) -> None:
     if net is None or net.archive_mode == "off":
         return
-    from rollout.archive_browser import BrowserRecorder, BrowserReplayer
+    from rollout.archive.browser import BrowserRecorder, BrowserReplayer
 
     if net.recording:
         lease.recorder = await BrowserRecorder.attach(lease.context, net.writer, episode_id)

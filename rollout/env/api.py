@@ -5,7 +5,7 @@ page renders with JavaScript is not seen here; an element that a script fills fr
 ``data-src`` URL gets a link to that source, which ``visit`` reads.
 
 Each episode has its own cookie jar. Every fetch goes by the process's
-:class:`~rollout.net.Net`: robots.txt, a politeness slot for its host, the address
+:class:`~rollout.net.core.Net`: robots.txt, a politeness slot for its host, the address
 rule after DNS resolution, and the episode's upstream proxy when there are any.
 Redirects are followed by hand, each target checked against the URL allowlist (and
 each hop's address and robots.txt again), so a redirect cannot take the agent
@@ -24,16 +24,16 @@ from urllib.parse import urlencode, urljoin, urlsplit
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from rollout.actions import Action, Search, Visit
-from rollout.archive import Exchange
+from rollout.agent.actions import Action, Search, Visit
+from rollout.archive.store import Exchange
 from rollout.env.core import InfraError, ToolError
 from rollout.env.observation import Observation
 from rollout.env.reader import Reader, Unreadable, html_to_markdown, read_page
-from rollout.net import Net, RobotsRefused
-from rollout.proxies import DIRECT, Fetched, NoUpstream, Upstream, fetch_via
-from rollout.resolver import AddressRefused, describe_refusal
-from rollout.search_client import SearchClient, SearchError, SearchHit
-from rollout.urls import UrlRefused, check_url
+from rollout.net.core import Net, RobotsRefused
+from rollout.net.proxies import DIRECT, Fetched, NoUpstream, Upstream, fetch_via
+from rollout.net.resolver import AddressRefused, describe_refusal
+from rollout.net.search_client import SearchClient, SearchError, SearchHit
+from rollout.net.urls import UrlRefused, check_url
 
 __all__ = ["ApiBackend", "html_to_markdown"]
 

@@ -5,7 +5,7 @@ readable text; ``SomBackend`` (som mode) numbers the interactive elements and
 acts on them by number through the ``data-som-id`` attribute the labeler sets.
 
 Every request the page makes leaves the browser through the egress proxy
-(``rollout.egress``), which forwards only allowed URLs: a link, a redirect or a
+(``rollout.net.egress``), which forwards only allowed URLs: a link, a redirect or a
 script cannot take the agent to a host it could not name itself. A refusal is
 reported as the step's error. Dialogs are dismissed and reported, popups
 become the current page, and a crashed tab is replaced; only a lost browser is
@@ -24,7 +24,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, Request
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
-from rollout.actions import (
+from rollout.agent.actions import (
     Action,
     Back,
     Click,
@@ -39,10 +39,9 @@ from rollout.actions import (
     SomScroll,
     SomType,
 )
-from rollout.browser_pool import Lease
-from rollout.egress import NO_UPSTREAM_HEADER, REFUSED_HEADER
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.observation import Observation
+from rollout.env.pool import Lease
 from rollout.env.som_js import (
     LABEL_CALL_JS,
     LABEL_JSON_JS,
@@ -51,7 +50,8 @@ from rollout.env.som_js import (
     OVERLAY_JS,
     REMOVE_OVERLAY_JS,
 )
-from rollout.urls import UrlPolicy, is_allowed
+from rollout.net.egress import NO_UPSTREAM_HEADER, REFUSED_HEADER
+from rollout.net.urls import UrlPolicy, is_allowed
 
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
 NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
@@ -361,7 +361,7 @@ class PlaywrightBackend:
         each is answered by the archive through a round trip to this process and a page
         read before its answer arrived would differ from the recorded one."""
         deadline = until if until is not None else asyncio.get_running_loop().time() + SETTLE_S
-        if until is not None:  # the page's own count of its fetches (rollout.archive_browser)
+        if until is not None:  # the page's own count of its fetches (rollout.archive.browser)
             with contextlib.suppress(PlaywrightError):
                 while await self.page.evaluate(_PENDING_JS) > 0:
                     if asyncio.get_running_loop().time() >= deadline:

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from rollout.actions import Action, Answer, describe_actions
+from rollout.agent.actions import Action, Answer, describe_actions
+from rollout.agent.parser import ParseError, parse
 from rollout.env import page_reward
 from rollout.env.observation import Observation, render
-from rollout.parser import ParseError, parse
-from rollout.records import EpisodeRecord, Step
+from rollout.net.urls import UrlPolicy
 from rollout.registry import envs
-from rollout.tracker import EpisodeTracker
-from rollout.urls import UrlPolicy
+from rollout.tracking.records import EpisodeRecord, Step
+from rollout.tracking.tracker import EpisodeTracker
 from rollout.verifiers import Reward, VerifierConfig, verify, with_process
 from rollout.verifiers.scorers import SCORERS, golds
 

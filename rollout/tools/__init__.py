@@ -15,13 +15,13 @@ environment kind) and :func:`register_task_source` (the ``tools`` task source), 
 the registries name among their in-tree entries and call on their first lookup. The
 pieces a registration takes:
 
-- :data:`KIND`, :data:`ACTIONS` (the action table, for ``rollout.actions.ACTIONS[KIND]``),
+- :data:`KIND`, :data:`ACTIONS` (the action table, for ``rollout.agent.actions.ACTIONS[KIND]``),
   :data:`NEEDS_BROWSER`, :data:`DIALECT` (the generic parser's reader: calls),
   :data:`INTRO` and :data:`COMPACT_INTRO` (the opening lines of the action description);
 - :func:`make_backend`, :func:`make_oracle`, :func:`generate_tasks`, :func:`task_source`.
 
-What it may import: the registry, the top-level modules the environment is built from
-(the actions, the records), :mod:`rollout.env` (the backend's errors and observations),
+What it may import: the registry, what the environment is built from
+(:mod:`rollout.agent`: the actions; :mod:`rollout.tracking`: the records), :mod:`rollout.env` (the backend's errors and observations),
 :mod:`rollout.tasks` (the split rule, the default number of tasks) and
 :mod:`rollout.web` (the figures). Nothing below it knows this domain: neither the
 environment nor the task generator imports it (``tests/test_import_boundaries.py``).
@@ -29,7 +29,7 @@ environment nor the task generator imports it (``tests/test_import_boundaries.py
 
 from __future__ import annotations
 
-from rollout.actions import ActionSpec
+from rollout.agent.actions import ActionSpec
 from rollout.registry import BackendContext, EnvKind, TaskRequest, envs, task_sources
 from rollout.tasks.sources import GENERATED_DEFAULT_N
 from rollout.tools.actions import (

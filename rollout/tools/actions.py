@@ -1,10 +1,10 @@
 """The tool domain's actions and their table, in the call dialect of the browser modes.
 
-The rows are :class:`~rollout.actions.ActionSpec`, so the generic parser
-(:mod:`rollout.parser`, reading calls with :func:`rollout.dialects.read_call`) and
-:func:`~rollout.actions.describe_actions` work for this mode unchanged once the
+The rows are :class:`~rollout.agent.actions.ActionSpec`, so the generic parser
+(:mod:`rollout.agent.parser`, reading calls with :func:`rollout.agent.dialects.read_call`) and
+:func:`~rollout.agent.actions.describe_actions` work for this mode unchanged once the
 table is installed as ``ACTIONS["tools"]``. ``answer`` is the shared
-:class:`~rollout.actions.Answer`, which the environment handles itself.
+:class:`~rollout.agent.actions.Answer`, which the environment handles itself.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rollout.actions import Action, ActionSpec, Answer, Param
+from rollout.agent.actions import Action, ActionSpec, Answer, Param
 
 KIND = "tools"
 NEEDS_BROWSER = False
-DIALECT = "call"  # read by rollout.dialects.read_call, like the playwright and som modes
+DIALECT = "call"  # read by rollout.agent.dialects.read_call, like the playwright and som modes
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import re
 
-from rollout.actions import Action
+from rollout.agent.actions import Action
 from rollout.env.core import ToolError
 from rollout.env.observation import Observation
-from rollout.records import Step
 from rollout.tools.actions import Airport, Calculate, ListCountries, Lookup
 from rollout.tools.calculator import CalcError, evaluate, format_number
 from rollout.tools.data import INDICATOR_ALIASES, INDICATORS, Atlas, atlas, fold, plain
+from rollout.tracking.records import Step
 from rollout.web.data import Country
 from rollout.web.site import CONTINENTS
 

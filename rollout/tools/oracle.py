@@ -1,6 +1,6 @@
 """The tool domain's scripted oracle: follows a task's gold path, answers from what it read.
 
-Like :class:`rollout.policies.OraclePolicy` it writes model text in the mode's
+Like :class:`rollout.agent.policies.OraclePolicy` it writes model text in the mode's
 dialect (calls) and knows only the plan, not the answer: it fills the
 ``calculate`` expression with the values its lookups returned (the task's
 ``formula``, which rounds as the question asks), then answers with the calculator's

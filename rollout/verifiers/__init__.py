@@ -6,8 +6,8 @@ dispatches on ``type`` (``qa``, ``browse_comp``, ``citation``, ``multi_doc``).
 :func:`with_process` adds the optional process reward (:mod:`rollout.verifiers.process`).
 The in-tree scorers are registered by type in :data:`rollout.registry.verifiers`.
 
-What it may import: the registry, the top-level modules below the environment (the
-episode record) and :mod:`shared`; never the environment, which calls it: verifiers
+What it may import: the registry, :mod:`rollout.tracking` (the episode record) and
+:mod:`shared`; never the environment, which calls it: verifiers
 run without a browser.
 """
 

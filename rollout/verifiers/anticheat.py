@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rollout.records import EpisodeRecord
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers.config import AntiCheatConfig
 from rollout.verifiers.text import tokens
 

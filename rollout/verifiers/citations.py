@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-from rollout.records import EpisodeRecord
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers.text import contains
 
 _CITATION_LINE = re.compile(

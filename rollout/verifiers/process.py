@@ -42,8 +42,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from rollout.records import EpisodeRecord, Step
 from rollout.registry import envs
+from rollout.tracking.records import EpisodeRecord, Step
 from rollout.verifiers.citations import url_key
 from rollout.verifiers.config import SUCCESS, ProcessConfig, VerifierConfig
 from rollout.verifiers.judge import Judge, JudgeError, MalformedVerdict

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollout.records import EpisodeRecord
 from rollout.registry import verifiers
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers.anticheat import detect
 from rollout.verifiers.citations import split_citations
 from rollout.verifiers.config import FormatConfig, VerifierConfig

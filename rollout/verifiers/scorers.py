@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rollout.records import EpisodeRecord
 from rollout.registry import verifiers
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers.citations import citation_support
 from rollout.verifiers.config import VerifierConfig
 from rollout.verifiers.judge import JudgeVerdict

@@ -21,9 +21,9 @@ import numpy as np
 import optax
 from flax import nnx
 
-from learner.checkpoint import Checkpointer
-from learner.model import Model, get_params, tiny_config
-from learner.sharding import make_mesh, param_shardings
+from learner.model.params import Model, get_params, tiny_config
+from learner.training.checkpoint import Checkpointer
+from learner.training.sharding import make_mesh, param_shardings
 from shared.config import MeshConfig, RunConfig, load
 from shared.tokenizer import TINY_TOKENIZER_DIR
 from tests.learner.helpers import randomized

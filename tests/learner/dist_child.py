@@ -18,11 +18,11 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from learner.batching import pack
-from learner.distributed import initialize
-from learner.model import Model, tiny_config
-from learner.sharding import make_mesh
-from learner.step import compile_step, new_state, place_batch
+from learner.model.params import Model, tiny_config
+from learner.training.batching import pack
+from learner.training.distributed import initialize
+from learner.training.sharding import make_mesh
+from learner.training.step import compile_step, new_state, place_batch
 from shared.config import MeshConfig
 from tests.learner.helpers import randomized
 from tests.learner.step_child import CFG, groups

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from flax import nnx
 
-from learner.model import Model, get_params, set_params, tiny_config
+from learner.model.params import Model, get_params, set_params, tiny_config
 from shared.wire import Trajectory
 
 
@@ -54,7 +54,7 @@ def prefill(model: Model, tokens, lengths, cache_len: int):
 
 @nnx.jit(static_argnums=(2,))
 def _logprobs(model: Model, tokens, temperature: float):
-    from learner.model import sequence_logprobs
+    from learner.model.params import sequence_logprobs
 
     return sequence_logprobs(model, tokens, temperature=temperature)
 
@@ -82,7 +82,7 @@ def greedy_reference(model: Model, prompt: list[int], n: int, pad_to: int = 128)
 
 
 def step_logprobs(model: Model, seq: list[int], cfg=None, pad_to: int = 256) -> np.ndarray:
-    """The train step's logprobs of ``seq`` (:func:`learner.step.row_logprobs`)."""
-    from learner.step import row_logprobs
+    """The train step's logprobs of ``seq`` (:func:`learner.training.step.row_logprobs`)."""
+    from learner.training.step import row_logprobs
 
     return row_logprobs(model, seq, cfg, pad_to)

@@ -16,10 +16,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-from learner.batching import pack
-from learner.model import Model, tiny_config
-from learner.sharding import make_mesh
-from learner.step import compile_step, new_state, rows_multiple
+from learner.model.params import Model, tiny_config
+from learner.training.batching import pack
+from learner.training.sharding import make_mesh
+from learner.training.step import compile_step, new_state, rows_multiple
 from shared.config import LearnerConfig, MeshConfig
 from shared.wire import Trajectory, TrajectoryGroup
 from tests.learner.helpers import randomized

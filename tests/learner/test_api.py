@@ -1,8 +1,8 @@
-"""``learner.api``: the embedded server's SGLang reply fields, with hand-derived values."""
+"""``learner.serving.api``: the embedded server's SGLang reply fields, with hand-derived values."""
 
 from __future__ import annotations
 
-from learner.api import version_spans
+from learner.serving.api import version_spans
 
 
 def test_the_embedded_servers_spans_are_sglangs():

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.attention import attention as _attention
-from learner.attention import resolve
+from learner.model.attention import attention as _attention
+from learner.model.attention import resolve
 
 # Jitted once per (impl, block, shapes): eager op-by-op dispatch is several times slower here.
 attention = jax.jit(_attention, static_argnames=("impl", "block", "packed"))
@@ -135,7 +135,7 @@ def test_resolve_picks_by_backend_and_length():
 
 
 def test_the_tile_is_sized_by_the_length_unless_given():
-    from learner.attention import block_for
+    from learner.model.attention import block_for
 
     assert [block_for(t) for t in (16, 192, 1024, 4096, 32768)] == [32, 32, 128, 256, 256]
     assert block_for(4096, 100) == 100

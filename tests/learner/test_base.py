@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.base import DEFAULT_OUT, build_base
-from learner.loading import is_hf_dir, load_weights_into
-from learner.loop import build_model
-from learner.model import get_params
-from learner.sft import COPY_LEN, copy_batch
+from learner.embedded.base import DEFAULT_OUT, build_base
+from learner.embedded.sft import COPY_LEN, copy_batch
+from learner.model.loading import is_hf_dir, load_weights_into
+from learner.model.params import get_params
+from learner.training.loop import build_model
 from shared.config import from_dict
 
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.batching import advantages, first_fit_decreasing, pack
-from learner.grpo import grpo_loss
+from learner.training.batching import advantages, first_fit_decreasing, pack
+from learner.training.grpo import grpo_loss
 from shared.wire import TrajectoryGroup
 from tests.learner.helpers import trajectory as _traj
 
@@ -267,12 +267,12 @@ def test_packed_loss_and_gradient_equal_the_unpacked(seed):
 
 
 def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
-    """learner.loop.Trainer._pack: with packing on, a step's trajectories go into
+    """learner.training.loop.Trainer._pack: with packing on, a step's trajectories go into
     ``packed_rows`` rows; a step whose trajectories do not fit there is packed into one
     row per trajectory instead (logged), never dropped."""
     from types import SimpleNamespace
 
-    from learner.loop import Trainer
+    from learner.training.loop import Trainer
     from shared.config import LearnerConfig
 
     def trainer(packed_rows: int, packing: bool = True):

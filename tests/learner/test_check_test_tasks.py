@@ -86,7 +86,7 @@ test_tasks = 5
 
 
 def test_a_tasks_file_with_fewer_tasks_is_warned_about_and_a_missing_one_stops(tmp_path, caplog):
-    from learner.pipeline import check_test_tasks
+    from learner.embedded.pipeline import check_test_tasks
     from rollout.tools import generate_tasks
     from shared.config import load
 

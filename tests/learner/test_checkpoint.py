@@ -17,8 +17,8 @@ import numpy as np
 import optax
 import pytest
 
-from learner.checkpoint import Checkpointer, committed_steps, latest_committed_step
-from learner.model import get_params
+from learner.model.params import get_params
+from learner.training.checkpoint import Checkpointer, committed_steps, latest_committed_step
 from tests.conftest import REPO
 from tests.learner.helpers import small_model
 
@@ -123,7 +123,7 @@ def test_a_checkpoint_of_per_layer_parameters_loads_stacked_and_refuses_to_resum
     """Checkpoints written before the blocks were stacked (``layers.N.name``) still give
     their parameters (stacked), but resuming their optimiser state is refused, saying what
     to do instead."""
-    from learner.checkpoint import UnstackedCheckpointError, stack_layers
+    from learner.training.checkpoint import UnstackedCheckpointError, stack_layers
 
     model = small_model()  # 2 layers
     stacked = {k: np.asarray(v) for k, v in get_params(model).items()}

@@ -11,8 +11,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from learner import dryrun
 from learner.train import main
+from learner.training import dryrun
 from shared.config import load
 
 REPO = Path(__file__).resolve().parents[2]

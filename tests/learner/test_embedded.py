@@ -136,7 +136,7 @@ def test_embedded_pipeline_runs_every_phase_and_leaves_no_process(tmp_path):
 PARENT = """
 import sys, time
 from pathlib import Path
-from learner.embedded import Children
+from learner.embedded.children import Children
 children = Children(Path(sys.argv[1]))
 print(children.start("web", ["rollout.web", "--port", "0"]), flush=True)
 time.sleep(600)

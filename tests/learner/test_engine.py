@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from learner.engine import Engine, Request, SamplingParams, bucket
+from learner.serving.engine import Engine, Request, SamplingParams, bucket
 from tests.learner.helpers import greedy_reference, small_model, teacher_forced_logprobs
 
 
@@ -91,9 +91,9 @@ def test_weights_straight_from_a_train_state_reuse_the_compiled_programs():
     import jax
     from flax import nnx
 
-    from learner.batching import pack
-    from learner.model import Model
-    from learner.step import compile_step, new_state, place_batch
+    from learner.model.params import Model
+    from learner.training.batching import pack
+    from learner.training.step import compile_step, new_state, place_batch
     from shared.config import LearnerConfig
     from shared.wire import Trajectory, TrajectoryGroup
 
@@ -126,7 +126,7 @@ def test_weights_straight_from_a_train_state_reuse_the_compiled_programs():
     r = run()
     assert (engine._prefill._cache_size(), engine._decode._cache_size()) == sizes
     trained = Model(model.cfg, rngs=nnx.Rngs(0))
-    from learner.model import set_params
+    from learner.model.params import set_params
 
     set_params(trained, {k: np.asarray(v) for k, v in state.params.items()})
     ref = teacher_forced_logprobs(trained, r.input_ids + r.output_ids)
@@ -142,8 +142,8 @@ def test_weights_straight_from_a_train_state_reuse_the_compiled_programs():
 
 def test_the_decode_tile_is_a_quarter_of_the_cache_within_bounds():
     """A decode step's key tile follows the cache: a batch whose contexts fill part of
-    their bucket skips the tiles past them (learner.extend.decode_block)."""
-    from learner.extend import DECODE_BLOCK, DECODE_BLOCK_MIN, decode_block, key_block
+    their bucket skips the tiles past them (learner.serving.extend.decode_block)."""
+    from learner.serving.extend import DECODE_BLOCK, DECODE_BLOCK_MIN, decode_block, key_block
 
     assert [decode_block(n) for n in (32, 256, 512, 2048, 4096, 32768)] == [
         64, 64, 128, 512, 1024, 1024,
@@ -160,7 +160,7 @@ def test_wide_batches_decode_without_ynn_fusions_and_as_the_default_program():
     import jax
     import jax.numpy as jnp
 
-    from learner import engine as engine_mod
+    from learner.serving import engine as engine_mod
 
     opts = engine_mod.cpu_compiler_options(engine_mod.NO_YNN_FUSIONS)
     if opts is None:

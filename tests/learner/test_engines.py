@@ -1,7 +1,7 @@
 """The real engines, SGLang and vLLM, on the CPU, driven by the rollout's own client.
 
 Each engine is started the way ``learner.train`` starts it (``python -m learner.engines``
-as a child of :class:`learner.embedded.Children`, from the project's ``.venv-sglang`` /
+as a child of :class:`learner.embedded.children.Children`, from the project's ``.venv-sglang`` /
 ``.venv-vllm``, built by ``make engines``) on small policies exported by the learner: the
 tiny model (head_dim 32) and one with head_dim 64, in float32. What is checked:
 
@@ -31,14 +31,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner import decoder
-from learner.decoder import Options
-from learner.embedded import Children
-from learner.engines import engine_python, untied_export
-from learner.hf import export_hf
-from learner.logprobs import chunked_token_logprobs
-from learner.model import Model, get_params, tiny_config
-from rollout.inference import InferenceClient, InferenceError, Sampling
+from learner.embedded.children import Children
+from learner.model import decoder
+from learner.model.decoder import Options
+from learner.model.hf import export_hf
+from learner.model.logprobs import chunked_token_logprobs
+from learner.model.params import Model, get_params, tiny_config
+from learner.serving.engines import engine_python, untied_export
+from rollout.sidecar.inference import InferenceClient, InferenceError, Sampling
 from shared.config import InferenceConfig
 from shared.lifeline import group_pids
 from shared.tokenizer import TINY_TOKENIZER_DIR
@@ -276,7 +276,7 @@ async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine)
 PARENT = """
 import sys, time
 from pathlib import Path
-from learner.embedded import Children
+from learner.embedded.children import Children
 children = Children(Path(sys.argv[1]))
 print(children.start("inference", ["learner.engines", "--hf", sys.argv[2],
                                    "--set", "inference.backend=" + sys.argv[3]],

@@ -4,7 +4,14 @@ them)."""
 
 from __future__ import annotations
 
-from learner.engines import OFFLINE, REPO, engine_python, launch, newest_export, served_dtype
+from learner.serving.engines import (
+    OFFLINE,
+    REPO,
+    engine_python,
+    launch,
+    newest_export,
+    served_dtype,
+)
 from shared.config import InferenceConfig
 
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.grpo import agg_denominator, aggregate, group_advantages, grpo_loss
+from learner.training.grpo import agg_denominator, aggregate, group_advantages, grpo_loss
 
 
 def test_group_advantages_normalise_within_each_group():
@@ -29,7 +29,7 @@ def test_sample_std_advantages_match_verl_and_trl():
 
 
 def test_the_config_chooses_the_std_the_batch_divides_by():
-    from learner.batching import pack
+    from learner.training.batching import pack
     from shared.wire import Trajectory, TrajectoryGroup
 
     def traj(i: int) -> Trajectory:
@@ -214,7 +214,7 @@ def test_constant_with_segment_ids_must_be_given():
     seg = jnp.array([[1, 2]])
     with pytest.raises(ValueError, match="explicit constant"):
         agg_denominator(jnp.ones((1, 2)), "constant", segment_bt=seg)
-    # a traced/array constant works (learner.batching's loss_constant_b): -2 tokens x 1 / 8
+    # a traced/array constant works (learner.training.batching's loss_constant_b): -2 tokens x 1 / 8
     loss, _ = grpo_loss(
         jnp.zeros((1, 2)), jnp.zeros((1, 2)), jnp.ones((1, 2)), jnp.ones((1, 2)),
         agg="constant", constant=jnp.float32(8.0), segment_bt=seg,

@@ -11,9 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from learner import safetensors_io
-from learner.hf import export_hf, load_hf, load_params
-from learner.model import get_params
+from learner.model import safetensors_io
+from learner.model.hf import export_hf, load_hf, load_params
+from learner.model.params import get_params
 from shared.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer
 from tests.learner.helpers import forward, small_model
 
@@ -91,7 +91,7 @@ def test_logits_match_transformers(tmp_path, kind):
 
         from flax import nnx
 
-        from learner.model import Model, set_params
+        from learner.model.params import Model, set_params
 
         plain = Model(dataclasses.replace(ours.cfg, rope_scaling=None), rngs=nnx.Rngs(0))
         set_params(plain, get_params(ours))

@@ -1,4 +1,4 @@
-"""learner.host_memory: freed host memory stays in the process, so XLA:CPU's large
+"""learner.training.host_memory: freed host memory stays in the process, so XLA:CPU's large
 per-run buffers are not faulted in afresh on every run (one process per case: the
 allocator is set once, before JAX's threads exist)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from learner import host_memory
+from learner.training import host_memory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ CHILD = r"""
 import json, resource, sys
 import learner  # sets the allocator before JAX's CPU client starts its threads
 import jax, jax.numpy as jnp
-from learner import host_memory
+from learner.training import host_memory
 
 @jax.jit
 def f(x):

@@ -10,10 +10,10 @@ import optax
 import pytest
 from flax import nnx
 
-from learner.checkpoint import Checkpointer
-from learner.hf import load_hf
 from learner.inspect import print_diff
-from learner.model import Model, get_params, tiny_config
+from learner.model.hf import load_hf
+from learner.model.params import Model, get_params, tiny_config
+from learner.training.checkpoint import Checkpointer
 from shared.config import load
 from shared.tokenizer import TINY_TOKENIZER_DIR
 from tests.conftest import REPO

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.logprobs import chunked_token_logprobs
+from learner.model.logprobs import chunked_token_logprobs
 
 B, E, V = 2, 16, 50
 TOL = {"rtol": 1e-5, "atol": 1e-5}

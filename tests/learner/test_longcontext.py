@@ -1,6 +1,6 @@
 """The long-context paths of the train step compute what the dense path computes.
 
-Every option of :class:`learner.decoder.Options` (each remat policy, the layer scan
+Every option of :class:`learner.model.decoder.Options` (each remat policy, the layer scan
 or the unrolled loop, each attention kernel) and the chunked logprobs give the same
 logits, GRPO loss and gradients as the plain dense path, within 1e-5 in float32,
 on small random configs with grouped-query attention, padding and several
@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner import decoder
-from learner.decoder import Options
-from learner.grpo import grpo_loss
-from learner.model import apply, get_params
-from learner.step import token_logprobs
+from learner.model import decoder
+from learner.model.decoder import Options
+from learner.model.params import apply, get_params
+from learner.training.grpo import grpo_loss
+from learner.training.step import token_logprobs
 from shared.config import LearnerConfig
 from tests.learner.helpers import small_model
 
@@ -236,8 +236,8 @@ def _groups(seed: int = 0, n_groups: int = 3, g: int = 4):
 def test_a_packed_step_is_the_unpacked_step(agg):
     """The whole train step (blockwise attention, chunked logprobs, remat) on trajectories
     packed several per row gives the unpacked step's loss, metrics and new parameters."""
-    from learner.batching import pack
-    from learner.step import init_state, train_step
+    from learner.training.batching import pack
+    from learner.training.step import init_state, train_step
 
     model = small_model(seed=4)
     groups = _groups()

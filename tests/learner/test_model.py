@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner.model import (
+from learner.model.config import UnsupportedConfig
+from learner.model.params import (
     Model,
     ModelConfig,
     RopeScaling,
@@ -19,7 +20,6 @@ from learner.model import (
     sequence_logprobs,
     tiny_config,
 )
-from learner.modelconfig import UnsupportedConfig
 from shared.tokenizer import load_tokenizer
 from tests.learner.helpers import forward, prefill, small_model
 
@@ -149,7 +149,7 @@ def test_bfloat16_params_and_compute():
     bf16 = Model(
         tiny_config(num_layers=2, param_dtype="bfloat16", dtype="bfloat16"), rngs=nnx.Rngs(0)
     )
-    from learner.model import set_params
+    from learner.model.params import set_params
 
     set_params(bf16, get_params(f32))
     assert all(v.dtype == jnp.bfloat16 for v in get_params(bf16).values())

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learner.pipeline import plot, summarize, table, wilson
+from learner.embedded.pipeline import plot, summarize, table, wilson
 from shared.chat import ChatError, render_chat
 from shared.config import RunConfig, from_dict
 from shared.tokenizer import load_tokenizer
@@ -112,9 +112,9 @@ def test_exported_demos_render_to_the_tokens_the_episodes_produced(demos):
 
 @pytest.mark.multiprocess
 def test_sft_lowers_the_loss_and_warm_starts_grpo(demos, tmp_path):
-    from learner.checkpoint import Checkpointer
-    from learner.loop import Trainer
-    from learner.sft import train_sft
+    from learner.embedded.sft import train_sft
+    from learner.training.checkpoint import Checkpointer
+    from learner.training.loop import Trainer
 
     _, data, _ = demos
     cfg = from_dict(
@@ -207,7 +207,7 @@ def test_summary_says_where_the_time_went(tmp_path):
 
 
 def test_sft_rows_are_shifted_and_weighted():
-    from learner.sft import make_batch
+    from learner.embedded.sft import make_batch
 
     ids, mask = [1, 7, 8, 9, 2, 5, 6], [0, 0, 0, 1, 1, 0, 0]
     a = make_batch([(ids, mask)], rows=2, t=8, pad=0, context_weight=0.25)
@@ -230,7 +230,7 @@ def test_plot_draws_error_bars_at_zero_and_full_success(tmp_path):
 
 
 def test_copy_rows_train_only_what_an_earlier_occurrence_predicts():
-    from learner.sft import copy_batch, join_batches, make_batch
+    from learner.embedded.sft import copy_batch, join_batches, make_batch
 
     a = copy_batch(np.random.default_rng(0), 3, 256, 4096)
     assert a["copy_bt"].sum() > 0.25 * a["copy_bt"].size  # dense: a third of each row
@@ -250,10 +250,10 @@ def test_copy_rows_train_only_what_an_earlier_occurrence_predicts():
 
 
 def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
-    from learner.loop import build_model
-    from learner.model import get_params
-    from learner.sft import copy_exercise, train_sft
-    from learner.sharding import make_mesh
+    from learner.embedded.sft import copy_exercise, train_sft
+    from learner.model.params import get_params
+    from learner.training.loop import build_model
+    from learner.training.sharding import make_mesh
 
     _, data, _ = demos
     cfg = from_dict(
@@ -280,8 +280,8 @@ def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
 
 
 def test_sft_starts_from_init_checkpoint(demos, tmp_path):
-    from learner.checkpoint import Checkpointer
-    from learner.sft import train_sft
+    from learner.embedded.sft import train_sft
+    from learner.training.checkpoint import Checkpointer
 
     _, data, _ = demos
     base = {
@@ -305,7 +305,7 @@ def test_sft_starts_from_init_checkpoint(demos, tmp_path):
 
 
 def test_a_childs_progress_is_shown_as_the_parents_and_its_log_kept(tmp_path, capfd):
-    from learner.pipeline import run_with_progress
+    from learner.embedded.pipeline import run_with_progress
 
     child = (
         "import sys, time\n"
@@ -341,7 +341,12 @@ def test_a_childs_progress_is_shown_as_the_parents_and_its_log_kept(tmp_path, ca
 
 
 def test_wall_minutes_count_every_invocation_of_a_run(tmp_path):
-    from learner.pipeline import invocations, record_invocation, tested_before, wall_minutes_of
+    from learner.embedded.pipeline import (
+        invocations,
+        record_invocation,
+        tested_before,
+        wall_minutes_of,
+    )
 
     assert wall_minutes_of(tmp_path) == 0.0 and invocations(tmp_path) == []
     record_invocation(tmp_path, 1.8e9, 12.5, 0, 10)
@@ -362,7 +367,7 @@ def test_wall_minutes_count_every_invocation_of_a_run(tmp_path):
 
 
 def test_the_control_spends_the_runs_grpo_minutes_at_the_warm_starts_pace(tmp_path):
-    from learner.pipeline import grpo_minutes_of, record_invocation, sft_seconds_per_step
+    from learner.embedded.pipeline import grpo_minutes_of, record_invocation, sft_seconds_per_step
 
     record_invocation(tmp_path, 1.8e9, 30.0, 0, 10, grpo_minutes=12.0)
     record_invocation(tmp_path, 1.8e9 + 1800, 20.0, 10, 24, grpo_minutes=8.5)
@@ -405,7 +410,7 @@ def test_the_summary_has_the_controls_keys_only_when_it_ran(tmp_path):
 
 
 def test_the_grpo_line_shows_the_kl_to_the_reference_when_there_is_one():
-    from learner.loop import grpo_line
+    from learner.training.loop import grpo_line
 
     r = {"step": 3, "reward": 0.5, "success": 0.25, "approx_kl": 0.0, "entropy": 0.3,
          "tokens_per_s": 800.0, "step_s": 50.0, "wait_s": 0.1, "policy_lag": 1.0}  # fmt: skip

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from learner.engine import Engine, Request, SamplingParams
-from learner.prefix_cache import PrefixCache
+from learner.serving.engine import Engine, Request, SamplingParams
+from learner.serving.prefix_cache import PrefixCache
 from tests.learner.helpers import small_model, teacher_forced_logprobs
 
 # ----------------------------------------------------------------------------- bookkeeping
@@ -186,8 +186,8 @@ def test_blocked_cache_attention_equals_the_dense_masked_one():
     import jax
     import jax.numpy as jnp
 
-    from learner.attention import attend_masked
-    from learner.extend import attend_cache
+    from learner.model.attention import attend_masked
+    from learner.serving.extend import attend_cache
 
     ks = jax.random.split(jax.random.PRNGKey(0), 3)
     q = jax.random.normal(ks[0], (2, 4, 5, 8))

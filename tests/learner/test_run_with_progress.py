@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = """
 import sys
 from pathlib import Path
-from learner.pipeline import run_with_progress
+from learner.embedded.pipeline import run_with_progress
 from learner.train import _raise_on_sigterm
 
 _raise_on_sigterm()
@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
 
 RELAY_DRIVER = """
 import os, sys
-from learner.dryrun import relay
+from learner.training.dryrun import relay
 from learner.train import _raise_on_sigterm
 
 _raise_on_sigterm()

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from learner.sampling import row_keys, sample
+from learner.serving.sampling import row_keys, sample
 
 sample_jit = jax.jit(sample)
 

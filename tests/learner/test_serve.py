@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner.checkpoint import Checkpointer
-from learner.hf import export_hf
-from learner.model import Model, get_params, tiny_config
+from learner.model.hf import export_hf
+from learner.model.params import Model, get_params, tiny_config
+from learner.training.checkpoint import Checkpointer
 from shared.tokenizer import TINY_TOKENIZER_DIR
 from tests.conftest import start_server, stop_server
 from tests.learner.helpers import randomized, step_logprobs, teacher_forced_logprobs
@@ -367,7 +367,7 @@ async def test_a_weight_update_through_the_client_ends_no_running_generation(ser
     """The rollout client's update_weights pauses with mode "retract": generations running
     across the update finish whole (none comes back aborted and cut short, which an
     episode would take for the model's reply) and report the new weight version."""
-    from rollout.inference import InferenceClient, Sampling
+    from rollout.sidecar.inference import InferenceClient, Sampling
 
     async with aiohttp.ClientSession() as session:
         client = InferenceClient([server], session, timeout_s=120)

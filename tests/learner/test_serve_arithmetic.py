@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from flax import nnx
 
-from learner.model import Model, get_params, tiny_config
+from learner.model.params import Model, get_params, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 

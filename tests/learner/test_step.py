@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learner.batching import bucket_for, pack
+from learner.training.batching import bucket_for, pack
 from shared.wire import TrajectoryGroup, decode_groups, encode_groups
 from tests.learner.helpers import trajectory as _traj
 
@@ -103,7 +103,7 @@ def test_pack_drops_groups_whose_values_went_bad_in_transit(caplog):
     msg2[lp_at : lp_at + 4] = np.array([np.nan], np.float32).tobytes()
     msg2[mask_at] = 3
     bad = decode_groups(bytes(msg2))
-    with caplog.at_level("WARNING", logger="learner.batching"):
+    with caplog.at_level("WARNING", logger="learner.training.batching"):
         p = pack(bad, rows=6, buckets=(4,))
     assert p.stats["invalid_groups"] == 2 and p.stats["groups_kept"] == 1
     assert p.group_ids == ["good", "nan", "mask"]  # all consumed: not served again
@@ -190,9 +190,9 @@ def test_micro_batches_cut_the_compiled_steps_scratch_memory():
     import jax
     from flax import nnx
 
-    from learner.model import Model, tiny_config
-    from learner.sharding import make_mesh
-    from learner.step import compile_step, new_state, place_batch
+    from learner.model.params import Model, tiny_config
+    from learner.training.sharding import make_mesh
+    from learner.training.step import compile_step, new_state, place_batch
     from shared.config import LearnerConfig, MeshConfig
 
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
@@ -218,7 +218,7 @@ def test_micro_batches_cut_the_compiled_steps_scratch_memory():
 
 
 def test_micro_batches_must_divide_the_rows():
-    from learner.step import micro_batches
+    from learner.training.step import micro_batches
 
     x = {"adv_b": np.arange(12.0)}
     split = micro_batches(x, 4)["adv_b"]
@@ -235,8 +235,8 @@ def test_reference_logprobs_given_with_the_batch_replace_the_reference_forward()
     import jax
     import jax.numpy as jnp
 
-    from learner.model import get_params
-    from learner.step import init_state, token_logprobs, train_step
+    from learner.model.params import get_params
+    from learner.training.step import init_state, token_logprobs, train_step
     from shared.config import LearnerConfig
     from tests.learner.helpers import small_model
 
@@ -276,7 +276,7 @@ def test_reference_logprobs_given_with_the_batch_replace_the_reference_forward()
 
 
 def test_the_constant_schedule_holds_the_peak_after_the_warm_up():
-    from learner.step import lr_schedule
+    from learner.training.step import lr_schedule
     from shared.config import LearnerConfig
 
     const = lr_schedule(LearnerConfig(lr_schedule="constant", warmup_steps=4, learning_rate=1e-3))

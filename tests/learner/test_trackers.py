@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from learner.trackers import INSTALL, TrackerError, Trackers, flatten, numbers
+from learner.training.trackers import INSTALL, TrackerError, Trackers, flatten, numbers
 from shared.config import ConfigError, LoggingConfig, from_dict, load
 from tests.learner.step_child import groups as make_groups
 
@@ -172,8 +172,8 @@ def test_training_and_summary_reach_wandb_offline_and_mlflow(tmp_path, offline, 
     pytest.importorskip("mlflow", reason=f"the trackers extra: {INSTALL}")
     from mlflow.tracking import MlflowClient
 
-    from learner.loop import Trainer
-    from learner.pipeline import summarize
+    from learner.embedded.pipeline import summarize
+    from learner.training.loop import Trainer
 
     cfg = from_dict(
         {

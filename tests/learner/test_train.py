@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from learner.checkpoint import Checkpointer
+from learner.training.checkpoint import Checkpointer
 from shared.wire import encode_groups
 from tests.learner.step_child import groups as make_groups
 
@@ -73,7 +73,7 @@ def _warm_start(root: Path) -> Path:
     their KL term must keep as its reference across a restart too."""
     from flax import nnx
 
-    from learner.model import Model, get_params, tiny_config
+    from learner.model.params import Model, get_params, tiny_config
     from tests.learner.helpers import randomized
 
     params = get_params(randomized(Model(tiny_config(), rngs=nnx.Rngs(0)), scale=0.05, seed=7))

@@ -13,7 +13,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from rollout.env import browser_pool, make_env
-from rollout.procs import group_pids
+from rollout.sidecar.procs import group_pids
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.reliability.test_bad_input import task
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from learner.checkpoint import Checkpointer, committed_steps
+from learner.training.checkpoint import Checkpointer, committed_steps
 from shared.config import from_dict
 from tests.conftest import REPO
 from tests.learner.step_child import groups as make_groups
@@ -28,7 +28,7 @@ def _disk_full(argv: list[str]) -> list[str]:
 
 
 def test_a_checkpoint_save_that_fails_stops_training_with_the_last_one_intact(tmp_path, fault):
-    from learner.loop import Trainer
+    from learner.training.loop import Trainer
 
     row = fault(
         "checkpoint save fails (the disk is full)",

@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from rollout.env import browser_pool, episode_lease, make_env
-from rollout.net import Net
-from rollout.resolver import StaticResolver
+from rollout.net.core import Net
+from rollout.net.resolver import StaticResolver
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.reliability.test_bad_input import bypasses
 from tests.rollout.env.test_reader import make_pdf

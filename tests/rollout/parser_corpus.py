@@ -8,7 +8,7 @@ policy (127.0.0.1 and localhost) on the page ``BASE``.
 
 from dataclasses import dataclass
 
-from rollout.actions import (
+from rollout.agent.actions import (
     Answer,
     Back,
     Click,

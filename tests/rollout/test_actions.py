@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from rollout.actions import (
+from rollout.agent.actions import (
     ACTIONS,
     MODES,
     Answer,
@@ -25,7 +25,7 @@ from rollout.actions import (
     render_call,
     spec_for,
 )
-from rollout.parser import parse
+from rollout.agent.parser import parse
 
 EXPECTED_NAMES = {
     "api": ["search", "visit", "answer"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from rollout.archive import ORIGINAL, Archive, ArchiveWriter, Exchange, main, normalise_url
+from rollout.archive.store import ORIGINAL, Archive, ArchiveWriter, Exchange, main, normalise_url
 from tests.conftest import REPO
 
 
@@ -223,7 +223,7 @@ def test_threads_writing_one_archive_lose_nothing(tmp_path):
 
 _CHILD = """
 import os, sys
-from rollout.archive import ArchiveWriter, Exchange
+from rollout.archive.store import ArchiveWriter, Exchange
 writer = ArchiveWriter(sys.argv[1], max_bytes=int(sys.argv[3]))
 n = int(sys.argv[4])
 i = 0

@@ -10,8 +10,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.archive import Archive, ArchiveWriter
-from rollout.archive_browser import BrowserRecorder, BrowserReplayer, Miss
+from rollout.archive.browser import BrowserRecorder, BrowserReplayer, Miss
+from rollout.archive.store import Archive, ArchiveWriter
 
 pytestmark = [pytest.mark.browser]
 

@@ -8,8 +8,8 @@ import os
 import shutil
 import tracemalloc
 
-from rollout.archive import Archive, Exchange
-from rollout.archive_index import DIR_INDEX, file_index_path
+from rollout.archive.index import DIR_INDEX, file_index_path
+from rollout.archive.store import Archive, Exchange
 from tests.rollout.test_archive import _write
 
 

@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
-from rollout.archive import Archive, ArchiveWriter, Exchange
-from rollout.archive_format import request_key
-from rollout.archive_origin import Rewrite, origin_of
+from rollout.archive.format import request_key
+from rollout.archive.origin import Rewrite, origin_of
+from rollout.archive.store import Archive, ArchiveWriter, Exchange
 from tests.conftest import REPO, WEB_CACHE
 
 OLD, NEW = "http://127.0.0.1:38931", "http://127.0.0.1:39153"
@@ -145,9 +145,9 @@ async def test_api_episodes_recorded_on_the_web_replay_with_the_web_elsewhere(
 ):
     """What a sidecar and rollout.eval do (``Net``'s archive): oracle episodes recorded
     against the running web, replayed by a ``Net`` whose web is at a port nowhere listens."""
+    from rollout.agent.policies import scripted_oracle
     from rollout.env import make_env
-    from rollout.net import Net
-    from rollout.policies import scripted_oracle
+    from rollout.net.core import Net
     from rollout.tasks.generate import generate
     from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
@@ -286,7 +286,7 @@ async def _post_then_redirect(ctx, base: str, before_close=None) -> list[tuple[s
 async def _record_and_replay(browser, tmp_path, site: Site, session, replay_at: str | None):
     """``session`` recorded against the live site, then replayed with the site stopped, at
     ``replay_at`` (an address nothing listens on) or at the site's own address."""
-    from rollout.archive_browser import BrowserRecorder, BrowserReplayer
+    from rollout.archive.browser import BrowserRecorder, BrowserReplayer
 
     await site.start()
     ctx = await browser.new_context()

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from rollout.archive import Archive
+from rollout.archive.store import Archive
 from tests.conftest import REPO, WEB_CACHE
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -102,7 +102,7 @@ async def test_a_sidecar_killed_while_recording_leaves_an_archive_that_replays(
     import aiohttp
 
     from rollout.env import make_env
-    from rollout.net import Net
+    from rollout.net.core import Net
     from shared.config import EnvConfig, SearchConfig
     from tests.conftest import start_server
     from tests.rollout.test_sidecar import sidecar_args
@@ -147,7 +147,7 @@ async def test_a_request_missing_from_the_archive_is_an_error_or_fetched_live(tm
     from aiohttp import web
 
     from rollout.env import make_env
-    from rollout.net import Net
+    from rollout.net.core import Net
     from shared.config import EnvConfig, SearchConfig
 
     hits: list[str] = []
@@ -198,8 +198,8 @@ async def test_the_login_pagination_and_panels_replay_in_the_browser_with_the_we
     does: the members' login (a form POST and its session cookie), pages behind it, a
     paginated list and a JavaScript panel; recorded, the web stopped, replayed."""
     from rollout.env import browser_pool, episode_lease, make_env
-    from rollout.net import Net
-    from rollout.procs import web_for
+    from rollout.net.core import Net
+    from rollout.sidecar.procs import web_for
     from shared.config import EnvConfig, RolloutConfig
 
     url, web = await web_for(str(WEB_CACHE), None)

@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from rollout.browser_pool import BrowserLost, BrowserPool, PoolConfig
-from rollout.procs import group_pids
+from rollout.env.pool import BrowserLost, BrowserPool, PoolConfig
+from rollout.sidecar.procs import group_pids
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
 

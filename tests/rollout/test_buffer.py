@@ -5,7 +5,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from rollout.buffer import TrajectoryBuffer
+from rollout.sidecar.buffer import TrajectoryBuffer
 from shared.wire import Trajectory, TrajectoryGroup
 
 

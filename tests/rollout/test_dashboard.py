@@ -15,13 +15,13 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
-from rollout.buffer import TrajectoryBuffer
-from rollout.dashboard import Sample, Series
-from rollout.engine import VIEW_CHARS, EngineStats, RolloutEngine
 from rollout.env import browsers_for
-from rollout.records import EpisodeRecord, Step
-from rollout.serve import make_app
+from rollout.sidecar.buffer import TrajectoryBuffer
+from rollout.sidecar.dashboard import Sample, Series
+from rollout.sidecar.engine import VIEW_CHARS, EngineStats, RolloutEngine
+from rollout.sidecar.server import make_app
 from rollout.tasks.generate import generate
+from rollout.tracking.records import EpisodeRecord, Step
 from shared.config import load
 from shared.tokenizer import load_tokenizer
 
@@ -275,7 +275,7 @@ async def test_a_fifty_step_episode_reads_one_step_at_a_time(sidecar, page):
 def test_per_step_screenshots_stay_within_their_budget():
     from collections import deque
 
-    from rollout.engine import bound_screenshots
+    from rollout.sidecar.engine import bound_screenshots
 
     def ep(i: int) -> dict:
         shots = {1: b"x" * 100, 2: b"y" * 100}

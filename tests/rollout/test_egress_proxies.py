@@ -11,15 +11,15 @@ import re
 import aiohttp
 import pytest
 
-from rollout.browser_pool import DEFAULT_ARGS, BrowserPool, PoolConfig
-from rollout.egress import (
+from rollout.env.pool import DEFAULT_ARGS, BrowserPool, PoolConfig
+from rollout.net.egress import (
     NO_UPSTREAM_HEADER,
     REFUSED_HEADER,
     EgressProxy,
     GateRefused,
 )
-from rollout.proxies import ProxyPool
-from rollout.urls import UrlPolicy
+from rollout.net.proxies import ProxyPool
+from rollout.net.urls import UrlPolicy
 from tests.rollout import test_proxies as shared
 from tests.rollout.test_proxies import Origin, via_of
 

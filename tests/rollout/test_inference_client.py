@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from rollout.inference import InferenceClient, InferenceError, Sampling
+from rollout.sidecar.inference import InferenceClient, InferenceError, Sampling
 
 
 def reply(ids: list[int], finish: dict, version: str = "7") -> dict:
@@ -109,7 +109,7 @@ async def test_each_tokens_version_comes_from_the_servers_spans(stand_in):
 
 def test_vllm_replies_are_read_with_their_spans():
     """vLLM's ``/inference/v1/generate`` choice: ids, ``logprobs.content``, spans."""
-    from rollout.inference import _read, _vllm_generation
+    from rollout.sidecar.inference import _read, _vllm_generation
 
     data = {
         "choices": [

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.records import EpisodeRecord, Step
+from rollout.tracking.records import EpisodeRecord, Step
 from rollout.verifiers import JudgeConfig, MultiDocConfig, VerifierConfig, verify_async
 from rollout.verifiers import judge as judge_module
 from rollout.verifiers.judge import (

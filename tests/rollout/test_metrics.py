@@ -10,9 +10,9 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rollout.buffer import TrajectoryBuffer
-from rollout.engine import STEP_BUCKETS_MS, EngineStats, RolloutEngine
-from rollout.serve import make_app, metrics_registry
+from rollout.sidecar.buffer import TrajectoryBuffer
+from rollout.sidecar.engine import STEP_BUCKETS_MS, EngineStats, RolloutEngine
+from rollout.sidecar.server import make_app, metrics_registry
 from rollout.tasks.generate import generate
 from shared.config import load
 from shared.tokenizer import load_tokenizer

@@ -1,4 +1,4 @@
-"""What the episodes of one process share to reach the web (rollout.net), through api-mode
+"""What the episodes of one process share to reach the web (rollout.net.core), through api-mode
 episodes against a real HTTP server on loopback: politeness across episodes, the
 User-Agent, robots.txt's `auto` setting and the page reader chosen by the config."""
 
@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from rollout.env import make_env, net_for
-from rollout.politeness import host_key
+from rollout.net.politeness import host_key
 from shared.config import EnvConfig, SearchConfig
 
 NAV = "<nav>" + " ".join(f"<a href='/s{i}'>Section {i}</a>" for i in range(30)) + "</nav>"

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout import dialects, parser
-from rollout.actions import ACTIONS, MODES, Action, Answer, Click, Search, SomClick, Visit
-from rollout.parser import MAX_REPLY_CHARS, ParseError, parse, strip_reasoning
-from rollout.urls import UrlPolicy
+from rollout.agent import dialects, parser
+from rollout.agent.actions import ACTIONS, MODES, Action, Answer, Click, Search, SomClick, Visit
+from rollout.agent.parser import MAX_REPLY_CHARS, ParseError, parse, strip_reasoning
+from rollout.net.urls import UrlPolicy
 from tests.rollout.parser_corpus import BASE, CORPUS, Err, More
 
 pytestmark = pytest.mark.filterwarnings("error")  # hostile input must not even warn

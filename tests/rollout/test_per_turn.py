@@ -15,13 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from learner.batching import pack
-from learner.model import get_params
-from learner.step import _micro_step, init_state, train_step
+from learner.model.params import get_params
+from learner.training.batching import pack
+from learner.training.step import _micro_step, init_state, train_step
 from rollout.env.core import Environment, EpisodeLimits
 from rollout.env.observation import Observation
-from rollout.episode import Context, Limits, run_episode, run_episode_turns
-from rollout.urls import UrlPolicy
+from rollout.net.urls import UrlPolicy
+from rollout.sidecar.episode import Context, Limits, run_episode, run_episode_turns
 from shared.chat import render_chat
 from shared.config import ConfigError, LearnerConfig, from_dict
 from shared.tokenizer import load_tokenizer
@@ -163,7 +163,7 @@ def _loss_and_grads(groups, agg: str, *, packing: bool, rows: int, slots: int):
     p = pack(groups, rows=rows, buckets=(256, 512, 1024), packing=packing, slots=slots,
              pad_id=0, with_old_logp=True)  # fmt: skip
     batch = {k: jnp.asarray(v) for k, v in p.arrays.items()}
-    from learner.grpo import agg_denominator
+    from learner.training.grpo import agg_denominator
 
     constant = batch["loss_constant_b"][0]
     den = agg_denominator(batch["mask_bt"], agg, constant, batch.get("segment_bt"))
@@ -207,7 +207,7 @@ def test_per_turn_and_sequence_give_the_same_loss_and_gradients(both, agg):
 def test_the_per_turn_advantage_is_the_episodes():
     """Rewards 1, 0 over two episodes of 3 and 1 turns: advantages +1, -1 (population std
     0.5, (1 - 0.5) / 0.5 = 1), given to every turn; not four samples' (1, 1, 1, 0)."""
-    from learner.batching import advantages
+    from learner.training.batching import advantages
 
     def turn(i, k, reward):
         n = 6

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rollout.policies import NoisyOraclePolicy, OraclePolicy
+from rollout.agent.policies import NoisyOraclePolicy, OraclePolicy
 
 TASK = {
     "type": "qa",
@@ -68,7 +68,7 @@ def test_question_query_searches_with_the_question_as_asked():
 
 
 def test_article_answers_with_the_evidence_article_and_the_verifier_agrees():
-    from rollout.policies import _with_article
+    from rollout.agent.policies import _with_article
     from rollout.verifiers.text import exact_match
 
     p = OraclePolicy(TASK, "api", "http://w", shortcut=True, article=True)
@@ -90,7 +90,7 @@ def test_article_answers_with_the_evidence_article_and_the_verifier_agrees():
 def test_rollout_seed_changes_the_task_order_and_each_pass_is_a_permutation():
     from itertools import islice
 
-    from rollout.engine import cycle_tasks
+    from rollout.sidecar.engine import cycle_tasks
 
     tasks = [{"id": i} for i in range(20)]
     a = [t["id"] for t in islice(cycle_tasks(tasks, 0), 40)]

@@ -13,9 +13,9 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.politeness import HostLimiter, RobotsCache, host_key, parse_robots
-from rollout.resolver import SafeResolver, StaticResolver
-from rollout.urls import UrlPolicy
+from rollout.net.politeness import HostLimiter, RobotsCache, host_key, parse_robots
+from rollout.net.resolver import SafeResolver, StaticResolver
+from rollout.net.urls import UrlPolicy
 
 AGENT = "DeepResearchHarness/0.1 (research agent)"
 HOSTS = ["agent.test", "star.test", "missing.test", "down.test", "busy.test", "slow.test",

@@ -7,7 +7,7 @@ answers from markers in the graded step's text: ``[[good]]`` scores 1, ``[[bad]]
 the client's timeout; any other step scores 0.25. Episodes run through the real
 environment (parser, verifier, record) on a scripted backend; the property tests draw
 GRPO groups and check that no wrong episode outranks a right one, in reward and in
-advantage (``learner.batching.advantages``, the learner's own math).
+advantage (``learner.training.batching.advantages``, the learner's own math).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from rollout.env.core import Environment, EpisodeLimits
 from rollout.env.observation import Observation
-from rollout.records import EpisodeRecord, Step
-from rollout.urls import UrlPolicy
+from rollout.net.urls import UrlPolicy
+from rollout.tracking.records import EpisodeRecord, Step
 from rollout.verifiers import (
     FormatConfig,
     JudgeConfig,
@@ -414,7 +414,7 @@ def traj(i: int, reward: float, parts: dict) -> Trajectory:
 @settings(max_examples=150, deadline=None)
 @given(groups, weights, caps, format_weights, st.booleans(), st.sampled_from([0, 1]))
 def test_grpo_advantages_keep_the_order(group, weight, cap, fmt_weight, scale, ddof):
-    batching = pytest.importorskip("learner.batching")  # the learner's side (JAX)
+    batching = pytest.importorskip("learner.training.batching")  # the learner's side (JAX)
     total, right, parts = totals(group, weight, cap, fmt_weight)
     trajs = [traj(i, r, ps) for i, (r, ps) in enumerate(zip(total, parts, strict=True))]
     group = TrajectoryGroup("g", "t", trajs)
@@ -426,7 +426,7 @@ def test_grpo_advantages_keep_the_order(group, weight, cap, fmt_weight, scale, d
 
 
 def test_the_learner_logs_the_outcome_and_process_means_apart():
-    batching = pytest.importorskip("learner.batching")
+    batching = pytest.importorskip("learner.training.batching")
     parts = [
         {"outcome": 1.0, "process": 0.5, "process_term": 0.05},
         {"outcome": 0.1, "process": 1.0, "process_term": 0.1},
@@ -449,8 +449,8 @@ async def test_the_sidecar_counts_and_shows_the_parts_apart():
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rollout.engine import EngineStats, RolloutEngine
-    from rollout.serve import metrics_registry
+    from rollout.sidecar.engine import EngineStats, RolloutEngine
+    from rollout.sidecar.server import metrics_registry
 
     stats = EngineStats()
     cfg = evidence(weight=0.1, cap=0.5)
@@ -482,7 +482,7 @@ async def test_the_sidecar_counts_and_shows_the_parts_apart():
 
 
 async def test_the_wire_carries_the_parts_of_every_episode_of_a_group(prm):
-    from rollout.episode import Limits, run_episode
+    from rollout.sidecar.episode import Limits, run_episode
     from shared.tokenizer import load_tokenizer
 
     tok = load_tokenizer()
@@ -514,9 +514,9 @@ async def test_the_dashboard_shows_outcome_and_process_apart(browser, tmp_path):
     import aiohttp
     from aiohttp.test_utils import TestServer
 
-    from rollout.buffer import TrajectoryBuffer
-    from rollout.engine import RolloutEngine
-    from rollout.serve import make_app
+    from rollout.sidecar.buffer import TrajectoryBuffer
+    from rollout.sidecar.engine import RolloutEngine
+    from rollout.sidecar.server import make_app
     from shared.tokenizer import load_tokenizer
 
     cfg = load(overrides=["rollout.policy=oracle", "reward.process=evidence"])

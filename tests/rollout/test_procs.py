@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rollout.procs import group_pids, wait_group_gone
+from rollout.sidecar.procs import group_pids, wait_group_gone
 
 pytestmark = pytest.mark.multiprocess
 

@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.proxies import DIRECT, NoUpstream, ProxyPool, Upstream, ban_signal, fetch_via
+from rollout.net.proxies import DIRECT, NoUpstream, ProxyPool, Upstream, ban_signal, fetch_via
 
 pytestmark = pytest.mark.multiprocess
 SECRET = "s3cret-pw"

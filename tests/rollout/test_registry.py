@@ -14,12 +14,11 @@ from typing import ClassVar
 import pytest
 
 from rollout import eval as rollout_eval
-from rollout.actions import ACTIONS, Action, ActionSpec, Answer, Param, describe_actions
+from rollout.agent.actions import ACTIONS, Action, ActionSpec, Answer, Param, describe_actions
+from rollout.agent.parser import ParseError, parse
+from rollout.agent.policies import scripted_oracle
 from rollout.env import browsers_for, make_env, page_reward
 from rollout.env.observation import Observation
-from rollout.parser import ParseError, parse
-from rollout.policies import scripted_oracle
-from rollout.records import EpisodeRecord
 from rollout.registry import (
     ENV_GROUP,
     EnvKind,
@@ -31,6 +30,7 @@ from rollout.registry import (
     task_sources,
     verifiers,
 )
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers import verify
 from shared import config as cfg
 

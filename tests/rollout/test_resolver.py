@@ -11,8 +11,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.resolver import AddressRefused, SafeResolver, StaticResolver, describe_refusal
-from rollout.urls import UrlPolicy, UrlRefused, check_url
+from rollout.net.resolver import AddressRefused, SafeResolver, StaticResolver, describe_refusal
+from rollout.net.urls import UrlPolicy, UrlRefused, check_url
 
 PUBLIC_ADDRESS = "93.184.215.14"
 

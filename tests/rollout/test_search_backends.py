@@ -20,7 +20,7 @@ import pytest_asyncio
 from aiohttp import web
 from multidict import CIMultiDict
 
-from rollout.search_client import (
+from rollout.net.search_client import (
     BACKENDS,
     MAX_RESPONSE_BYTES,
     HostedClient,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.records import EpisodeRecord, Step
 from rollout.sft_export import action_sequence, to_messages
-from rollout.tracker import EpisodeTracker
+from rollout.tracking.records import EpisodeRecord, Step
+from rollout.tracking.tracker import EpisodeTracker
 from rollout.verifiers import Reward
 
 REPO = Path(__file__).resolve().parents[2]

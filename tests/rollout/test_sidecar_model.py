@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rollout.tasks.generate import generate
-from rollout.tracker import iter_record_files, read_record
+from rollout.tracking.tracker import iter_record_files, read_record
 from rollout.verifiers import verify
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
@@ -85,9 +85,9 @@ async def _new_weights_reach_the_server(s, sidecar_url, serve_url, run_dir) -> N
     """POST /weights: every inference server loads the checkpoint and reports its version."""
     from flax import nnx
 
-    from learner.checkpoint import Checkpointer
-    from learner.model import Model, get_params
-    from learner.modelconfig import tiny_config
+    from learner.model.config import tiny_config
+    from learner.model.params import Model, get_params
+    from learner.training.checkpoint import Checkpointer
     from shared.tokenizer import load_tokenizer
 
     ckpt = Checkpointer(run_dir / "ckpt" / "run", async_save=False)
@@ -108,8 +108,8 @@ def _served_model():
     """The weights `learner.serve --init tiny` serves (its default seed)."""
     from flax import nnx
 
-    from learner.model import Model
-    from learner.modelconfig import tiny_config
+    from learner.model.config import tiny_config
+    from learner.model.params import Model
 
     return Model(tiny_config(), rngs=nnx.Rngs(0))
 

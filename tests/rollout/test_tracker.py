@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.records import EpisodeRecord, Step
-from rollout.tracker import (
+from rollout.tracking.records import EpisodeRecord, Step
+from rollout.tracking.tracker import (
     EpisodeTracker,
     RecordError,
     iter_record_files,
@@ -201,8 +201,8 @@ def test_record_files_are_found_recursively(tmp_path):
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from rollout.records import EpisodeRecord, Step
-    from rollout.tracker import EpisodeTracker
+    from rollout.tracking.records import EpisodeRecord, Step
+    from rollout.tracking.tracker import EpisodeTracker
 
     record = EpisodeRecord("crash-1", {"id": "train-qa-1"}, "api", user_prompt="q")
     tracker = EpisodeTracker(sys.argv[1], record)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rollout.urls import UrlPolicy, UrlRefused, check_url, is_allowed, non_public_kind
+from rollout.net.urls import UrlPolicy, UrlRefused, check_url, is_allowed, non_public_kind
 
 ENTRIES = ("127.0.0.1:8900", "localhost", "example.org", "*.wiki.test", "[::1]:8900", "bücher.de")
 POLICY = UrlPolicy(ENTRIES)

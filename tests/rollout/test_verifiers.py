@@ -2,7 +2,7 @@
 
 import pytest
 
-from rollout.records import EpisodeRecord, Step
+from rollout.tracking.records import EpisodeRecord, Step
 from rollout.verifiers import (
     AntiCheatConfig,
     CitationConfig,

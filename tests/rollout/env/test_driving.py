@@ -18,7 +18,7 @@ from aiohttp import web
 
 from rollout.env import StepResult, browser_pool, make_env, render
 from rollout.env.page_reward import last_number, validate
-from rollout.procs import group_pids
+from rollout.sidecar.procs import group_pids
 from rollout.verifiers import Reward
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 

@@ -13,10 +13,10 @@ from urllib.parse import urldefrag, urljoin
 import aiohttp
 import pytest
 
-from rollout.records import EpisodeRecord
 from rollout.tasks.__main__ import main as tasks_main
 from rollout.tasks.generate import all_candidates, generate, gold_steps, split_of
 from rollout.tasks.long_horizon import FAMILIES, LONG_TEMPLATES, MAX_STEPS, MIN_STEPS
+from rollout.tracking.records import EpisodeRecord
 from rollout.verifiers import verify
 from rollout.verifiers.text import numeric_match
 from rollout.web.text import normalize_space, visible_text

@@ -4,10 +4,10 @@ errors an agent can correct itself from."""
 import pytest
 
 from rollout.env.core import ToolError
-from rollout.records import Step
 from rollout.tools import Airport, Calculate, ListCountries, Lookup, make_backend
 from rollout.tools.backend import airport_url, figures_read
 from rollout.tools.data import INDICATORS, atlas, number_text
+from rollout.tracking.records import Step
 from rollout.web.site import Site, _fields
 from rollout.web.templates import environment
 from rollout.web.text import visible_text

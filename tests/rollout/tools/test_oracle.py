@@ -4,8 +4,8 @@ import time
 from pathlib import Path
 
 from rollout.env.core import Environment, EpisodeLimits
+from rollout.net.urls import UrlPolicy
 from rollout.tools import generate_tasks, make_backend, make_oracle
-from rollout.urls import UrlPolicy
 
 N_TASKS = 200
 
@@ -71,7 +71,7 @@ async def test_the_spaced_oracle_writes_the_question_s_tokens_and_still_solves(t
     tokens under the embedded default's tokenizer, and the answers still verify."""
     from tokenizers import Tokenizer
 
-    from rollout.policies import scripted_oracle
+    from rollout.agent.policies import scripted_oracle
     from shared.config import RolloutConfig
 
     tasks = [t for t in generate_tasks("test", 60) if t["template"] == "tools_which_of_three"]
@@ -110,7 +110,7 @@ async def test_the_batched_oracle_reads_one_indicator_s_list_in_one_call(tools_m
     every template still solves, in fewer steps where its lookups share an indicator."""
     from tokenizers import Tokenizer
 
-    from rollout.policies import scripted_oracle
+    from rollout.agent.policies import scripted_oracle
     from shared.config import RolloutConfig
 
     root = Path(__file__).resolve().parents[3]
@@ -155,7 +155,7 @@ async def test_the_airport_template_walks_two_hops_and_copies_the_figure(tools_m
     """airport(code) names the country, lookup reads its count, the answer is that count
     (with spaced names: the code as the question writes it, the country as the airport's
     observation does, a run of its tokens)."""
-    from rollout.policies import scripted_oracle
+    from rollout.agent.policies import scripted_oracle
     from shared.config import RolloutConfig
 
     tasks = generate_tasks("test", 30, templates=["tools_airport_figure"])
@@ -184,7 +184,7 @@ async def test_the_noisy_tool_oracle_has_the_habits_it_is_asked_for(tools_mode):
     """rollout.policy = "noisy_oracle" in the tools kind: a wrong indicator per lookup with
     probability oracle_noise, one hop short (the airport's country as the answer) with
     probability oracle_premature; the same seed gives the same episode."""
-    from rollout.policies import scripted_oracle
+    from rollout.agent.policies import scripted_oracle
     from shared.config import RolloutConfig
 
     cfg = RolloutConfig(oracle_noise=0.35, oracle_premature=0.2)

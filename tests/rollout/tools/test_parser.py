@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout.actions import Action, describe_actions
-from rollout.parser import ParseError, parse
+from rollout.agent.actions import Action, describe_actions
+from rollout.agent.parser import ParseError, parse
 from rollout.tools import ACTIONS
 from tests.rollout.parser_corpus import Err, More
 from tests.rollout.tools.tools_corpus import TOOLS

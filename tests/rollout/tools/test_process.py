@@ -4,13 +4,13 @@ gold path reads, and a lookup reaches the figures it showed (``EnvKind.reached``
 import pytest
 
 from rollout.env.core import Environment, EpisodeLimits
-from rollout.records import EpisodeRecord, Step
+from rollout.net.urls import UrlPolicy
 from rollout.registry import envs
 from rollout.tools import generate_tasks, make_backend, make_oracle
 from rollout.tools.backend import airport_url, figure_url, figures_read
 from rollout.tools.data import atlas
 from rollout.tools.tasks import TEMPLATES
-from rollout.urls import UrlPolicy
+from rollout.tracking.records import EpisodeRecord, Step
 from rollout.verifiers import ProcessConfig, VerifierConfig
 from rollout.verifiers.process import evidence_reached
 

@@ -1,7 +1,7 @@
 """Realistic model replies in the tools dialect (well-formed, sloppy, broken, hostile) and
 what each parses to, in the form of ``tests/rollout/parser_corpus.py``."""
 
-from rollout.actions import Answer
+from rollout.agent.actions import Answer
 from rollout.tools import Airport, Calculate, ListCountries, Lookup
 from tests.rollout.parser_corpus import More, err
 

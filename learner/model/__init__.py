@@ -1,0 +1,14 @@
+"""The model: its architecture and parameters, the forward pass, and where weights come from.
+
+:mod:`~learner.model.config` (the architecture, read from and written to HF ``config.json``),
+:mod:`~learner.model.params` (the parameters in Flax NNX), :mod:`~learner.model.decoder`
+(the forward pass as pure functions), :mod:`~learner.model.attention` (the kernels),
+:mod:`~learner.model.logprobs` (token logprobs and entropy, chunked),
+:mod:`~learner.model.hf` and :mod:`~learner.model.safetensors_io` (Hugging Face import and
+export), :mod:`~learner.model.loading` (a built-in config, an HF directory or an Orbax
+checkpoint, one entry point).
+
+What it may import: :mod:`shared` and the JAX stack; :mod:`learner.model.loading` also
+reads checkpoints through :mod:`learner.training.checkpoint`. Never the serving or
+training code otherwise, nor anything of :mod:`rollout`.
+"""

@@ -1,0 +1,12 @@
+"""The network layer: every way an episode reaches the web, and the rules it goes by.
+
+:mod:`~rollout.net.urls` (which URLs an agent may open), :mod:`~rollout.net.resolver`
+(name resolution under the address rule), :mod:`~rollout.net.core` (what the episodes of
+one process share to reach the web), :mod:`~rollout.net.egress` (the browsers' forward
+proxy), :mod:`~rollout.net.proxies` (upstream proxies), :mod:`~rollout.net.politeness`
+(rate limits and robots.txt) and :mod:`~rollout.net.search_client` (the search backends).
+
+What it may import: :mod:`rollout.archive` (recording and replaying what it fetches) and
+:mod:`shared`. Never the environment, the agent or anything above them: the network layer
+knows nothing of episodes (``tests/test_import_boundaries.py``).
+"""
