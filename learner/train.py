@@ -192,9 +192,22 @@ def train(cfg: RunConfig, args: argparse.Namespace) -> int:
     step = int(trainer.state.step)
     print(f"trained to step {step}; run dir {run_dir}", flush=True)
     if {"before", "before_greedy", "after", "after_greedy"} <= set(results):
-        summarize(cfg, run_dir, results, wall_minutes_of(run_dir), phases)
+        summarize(
+            cfg, run_dir, results, wall_minutes_of(run_dir), phases,
+            config=config_name(args.config), overrides=overrides,
+        )  # fmt: skip
         print(f"summary: {run_dir / 'summary.json'}; plot: {run_dir / 'curves.png'}", flush=True)
     return 0
+
+
+def config_name(path: str | Path | None) -> str | None:
+    """The config file a run was started with, as the summary names it: relative to the
+    repository when it lies inside it (``configs/tiny.toml``), else as given."""
+    if not path:
+        return None
+    full = Path(path).resolve()
+    repo = DEFAULT_CONFIG.parents[1]
+    return str(full.relative_to(repo)) if full.is_relative_to(repo) else str(path)
 
 
 WEB_PORT_FILE = "web_port"  # the embedded web's port, kept for a resumed run

@@ -5,8 +5,9 @@ Runs episodes of the config's environment (``env.kind``; ``--mode`` overrides it
 source (``rollout.task_source``: the generator's ``--split`` by default) through the
 full harness (environment, parser, verifiers, progress tracker) and prints a final
 JSON line:
-``{"mode", "policy", "n", "success_rate", "mean_reward", "mean_steps",
-"step_p50_ms", "step_p95_ms", "infra_errors"}``. With ``--out DIR`` every
+``{"mode", "policy", "n", "success_rate", "mean_reward", "mean_steps", "median_steps",
+"median_steps_success", "step_p50_ms", "step_p95_ms", "infra_errors"}`` (the medians:
+actions per episode, of every episode and of the successful ones; 0 when there are none). With ``--out DIR`` every
 episode's progress file and trajectory record land in DIR. ``--policy server``
 evaluates the model behind ``inference.urls`` through the inference client, with
 the same harness and the configured sampling. Episodes are scored by the run's
@@ -155,6 +156,11 @@ async def run_all(cfg: RunConfig, args, tasks: list[dict], web_url: str, pool) -
     return summarise(args, results, wall)
 
 
+def _median(values) -> float:
+    values = list(values)
+    return float(statistics.median(values)) if values else 0.0
+
+
 def summarise(args: argparse.Namespace, results: list[dict], wall: float) -> dict:
     ms = sorted(m for r in results for m in r["ms"])
     ok = [r for r in results if r["status"] != "infra_error"]
@@ -169,6 +175,8 @@ def summarise(args: argparse.Namespace, results: list[dict], wall: float) -> dic
         "success_rate": round(sum(r["reward"] >= 1.0 for r in ok) / max(1, len(ok)), 4),
         "mean_reward": round(statistics.fmean(r["reward"] for r in ok), 4) if ok else 0.0,
         "mean_steps": round(statistics.fmean(r["steps"] for r in ok), 2) if ok else 0.0,
+        "median_steps": _median(r["steps"] for r in ok),
+        "median_steps_success": _median(r["steps"] for r in ok if r["reward"] >= 1.0),
         "step_p50_ms": pct(0.5),
         "step_p95_ms": pct(0.95),
         "infra_errors": len(results) - len(ok),

@@ -387,13 +387,21 @@ def summarize(
     results: dict[str, dict],
     wall_minutes: float,
     phases: dict[str, float] | None = None,
+    config: str | None = None,
+    overrides: list[str] | None = None,
 ) -> dict:
     """summary.json, the table on stdout, and curves.png. ``wall_minutes`` is the run's
     whole wall time: every invocation of a resumed run (``invocations.jsonl``);
-    ``phase_minutes`` where the time went (:func:`phase_minutes`)."""
+    ``phase_minutes`` where the time went (:func:`phase_minutes`). ``config`` and
+    ``overrides`` are what the run was started with (the config file, the ``--set``s);
+    ``median_steps`` and ``median_steps_success`` the median actions per test episode
+    (all of them, the successful ones) of each test evaluation (``before``, ``after``,
+    ``before_greedy``, ``after_greedy``, and the control's when it ran)."""
     t = cfg.inference.temperature
     sft, grpo = results["before"], results["after"]
     summary = {
+        "config": config,
+        "overrides": list(overrides or []),
         "mode": cfg.env.mode,
         "n_test": int(sft["n"]),
         "temperature": t,
@@ -415,6 +423,7 @@ def summarize(
         "wall_minutes": round(wall_minutes, 2),
         "phase_minutes": phase_minutes(run_dir, phases or {}),
         "invocations": len(invocations(run_dir)),
+        **episode_lengths(results),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (run_dir / "summary.txt").write_text(table(summary) + "\n")
@@ -425,6 +434,17 @@ def summarize(
         log.warning("no plot: %s", e)
     track_summary(cfg, run_dir, summary)
     return summary
+
+
+def episode_lengths(results: dict[str, dict]) -> dict:
+    """The median actions per test episode of each evaluation in ``results`` (as
+    ``rollout.eval`` measured them; an evaluation from before it did is left out)."""
+    out: dict[str, dict[str, float]] = {"median_steps": {}, "median_steps_success": {}}
+    for name, result in results.items():
+        for key in out:
+            if key in result:
+                out[key][name] = result[key]
+    return out
 
 
 def _control_keys(run_dir: Path, results: dict[str, dict]) -> dict:

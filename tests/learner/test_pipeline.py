@@ -418,3 +418,61 @@ def test_the_grpo_line_shows_the_kl_to_the_reference_when_there_is_one():
     line = grpo_line({**r, "kl_ref": 0.0375}, 24)
     assert line.startswith("grpo step 3/24  reward 0.500  success 0.250  KL 0.0375  ")
     assert "lag 1.0" in grpo_line({**r, "kl_ref": None}, 24)
+
+
+def test_eval_reports_the_median_episode_length_of_all_and_of_the_successful():
+    """rollout.eval's medians, by hand: lengths 2, 3, 12, 15 (rewards 0, 1, 1, 0.5) and an
+    infrastructure error (left out): all 7.5, successful (3, 12) 7.5; an odd count."""
+    import argparse
+
+    from rollout.eval import summarise
+
+    args = argparse.Namespace(mode="api", policy="server")
+    rows = [
+        {"reward": 0.0, "steps": 2, "status": "answered", "ms": [1.0]},
+        {"reward": 1.0, "steps": 3, "status": "answered", "ms": [1.0]},
+        {"reward": 1.0, "steps": 12, "status": "answered", "ms": [1.0]},
+        {"reward": 0.5, "steps": 15, "status": "budget", "ms": [1.0]},
+        {"reward": 0.0, "steps": 0, "status": "infra_error", "ms": []},
+    ]
+    r = summarise(args, rows, 1.0)
+    assert r["median_steps"] == 7.5 and r["median_steps_success"] == 7.5
+    r = summarise(args, rows[1:4], 1.0)
+    assert r["median_steps"] == 12.0 and r["median_steps_success"] == 7.5
+    r = summarise(args, rows[:1], 1.0)
+    assert r["median_steps"] == 2.0 and r["median_steps_success"] == 0.0
+
+
+def test_summary_names_its_config_and_the_test_episodes_lengths(tmp_path):
+    from learner.train import DEFAULT_CONFIG, config_name
+
+    def res(k, median, median_ok, n=300):
+        return {
+            "n": n, "success_rate": k / n, "mean_reward": k / n, "ci95": list(wilson(k, n)),
+            "median_steps": median, "median_steps_success": median_ok,
+        }  # fmt: skip
+
+    results = {
+        "before": res(90, 6.0, 11.0), "before_greedy": res(150, 9.0, 11.0),
+        "after": res(160, 12.0, 12.0), "after_greedy": res(170, 12.0, 12.5),
+    }  # fmt: skip
+    s = summarize(
+        RunConfig(), tmp_path, results, 30.0,
+        config="configs/tiny-long.toml", overrides=["learner.seed=1"],
+    )  # fmt: skip
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == s
+    assert on_disk["config"] == "configs/tiny-long.toml"
+    assert on_disk["overrides"] == ["learner.seed=1"]
+    assert on_disk["median_steps"] == {
+        "before": 6.0,
+        "before_greedy": 9.0,
+        "after": 12.0,
+        "after_greedy": 12.0,
+    }
+    assert on_disk["median_steps_success"]["after_greedy"] == 12.5
+    del results["before"]["median_steps"]  # an evaluation from before the medians
+    assert "before" not in summarize(RunConfig(), tmp_path, results, 30.0)["median_steps"]
+    assert config_name(DEFAULT_CONFIG) == "configs/tiny.toml"
+    assert config_name(str(tmp_path / "x.toml")) == str(tmp_path / "x.toml")
+    assert config_name(None) is None
