@@ -520,14 +520,40 @@ def table(s: dict) -> str:
     return "\n".join(rows)
 
 
+EPISODE_CURVES = {  # metrics.jsonl keys of the episodes panel, and their labels
+    "episode_actions": "actions (mean)",
+    "episode_actions_max": "actions (longest)",
+    "turns_per_episode": "training sequences",
+    "ended_budget": "ended at the budget",
+    "ended_error": "ended on an error",
+}
+
+
+def window(ys: list[float]) -> int:
+    return max(1, len(ys) // 10)
+
+
+def moving_mean(ys: list[float]) -> list[float]:
+    """The mean of each point and the ``window(ys) - 1`` before it."""
+    k = window(ys)
+    return [
+        sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+        for i in range(len(ys))
+    ]
+
+
 def plot(run_dir: Path, summary: dict) -> Path:
-    """Training reward and success per step (and a moving average), test results as bars."""
+    """Training reward and success per step (and a moving average), test results as bars;
+    with the batches' per-episode figures in ``metrics.jsonl``, a panel of the episodes'
+    length (actions, mean and longest; training sequences per episode) and where they
+    ended (at the budget, on an error)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps, reward, success = [], [], []
+    episodes: dict[str, list[float]] = {k: [] for k in EPISODE_CURVES}
     metrics = run_dir / "metrics.jsonl"
     for line in metrics.read_text().splitlines() if metrics.is_file() else []:
         r = json.loads(line)
@@ -535,15 +561,37 @@ def plot(run_dir: Path, summary: dict) -> Path:
             steps.append(r["step"])
             reward.append(r["reward"])
             success.append(r["success"])
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+            for k, ys in episodes.items():
+                ys.append(r.get(k, float("nan")))
+    has_episodes = any(v == v for v in episodes["episode_actions"])  # not all NaN
+    if has_episodes:  # a third panel: the episodes' length and where they ended
+        fig, (ax, cx, bx) = plt.subplots(
+            1, 3, figsize=(15, 4), gridspec_kw={"width_ratios": [3, 3, 1]}
+        )
+    else:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     for ys, label in ((reward, "train reward"), (success, "train success")):
         ax.plot(steps, ys, alpha=0.3, lw=1)
-        k = max(1, len(ys) // 10)
-        avg = [
-            sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
-            for i in range(len(ys))
-        ]
-        ax.plot(steps, avg, lw=2, label=f"{label} (moving mean of {k})")
+        ax.plot(steps, moving_mean(ys), lw=2, label=f"{label} (moving mean of {window(ys)})")
+    if has_episodes:
+        for key, label in EPISODE_CURVES.items():
+            if key.startswith("ended"):
+                continue
+            cx.plot(steps, episodes[key], lw=1.5, label=label)
+        cx.set_xlabel("GRPO step")
+        cx.set_ylabel("per episode")
+        cx.set_ylim(bottom=0)
+        fx = cx.twinx()
+        for key, label in EPISODE_CURVES.items():
+            if key.startswith("ended"):
+                color = "tab:red" if key == "ended_budget" else "tab:purple"
+                fx.plot(steps, episodes[key], lw=1, ls="--", color=color, label=label)
+        fx.set_ylim(0, 1)
+        fx.set_ylabel("fraction of episodes")
+        lines = cx.get_legend_handles_labels()
+        more = fx.get_legend_handles_labels()
+        cx.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)
+        cx.set_title("training episodes: length and where they ended")
     ax.set_xlabel("GRPO step")
     ax.set_ylim(0, 1)
     ax.legend(loc="lower right")

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from learner.training.grpo import ADV_DDOF, RUN, group_advantages
-from shared.wire import TrajectoryGroup, WireError, check_values
+from shared.wire import STATUSES, TrajectoryGroup, WireError, check_values
 
 log = logging.getLogger(__name__)
 
@@ -311,21 +311,50 @@ def _stats(
     )  # per episode, however many sequences each has
     lengths = np.concatenate([g.lengths for g in groups] or [np.zeros(0)])
     attn = a["attn_bt"]
-    return _process_parts(groups) | {
-        "reward": float(rewards.mean()) if rewards.size else 0.0,
-        "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
-        "groups": float(len(groups)),
-        "groups_kept": float(sum(keep)),
-        "trajectories": float(rewards.size),  # episodes
-        "sequences": float(lengths.size),  # training sequences: episodes, or their turns
-        "mean_length": float(lengths.mean()) if lengths.size else 0.0,
-        "loss_tokens": float(a["mask_bt"].sum()),
-        "stale_tokens": float(stale),
-        "bucket": float(a["tokens_bt"].shape[1]),
-        # real prediction positions over the batch's cells: what packing raises
-        "packing_efficiency": float(attn.sum()) / max(attn.size, 1),
-        "rows_used": float((attn.sum(axis=1) > 0).sum()),
+    return (
+        _process_parts(groups)
+        | _episode_stats(groups)
+        | {
+            "reward": float(rewards.mean()) if rewards.size else 0.0,
+            "success": float((rewards >= 1.0).mean()) if rewards.size else 0.0,  # as rollout.eval
+            "groups": float(len(groups)),
+            "groups_kept": float(sum(keep)),
+            "trajectories": float(rewards.size),  # episodes
+            "sequences": float(lengths.size),  # training sequences: episodes, or their turns
+            "mean_length": float(lengths.mean()) if lengths.size else 0.0,
+            "loss_tokens": float(a["mask_bt"].sum()),
+            "stale_tokens": float(stale),
+            "bucket": float(a["tokens_bt"].shape[1]),
+            # real prediction positions over the batch's cells: what packing raises
+            "packing_efficiency": float(attn.sum()) / max(attn.size, 1),
+            "rows_used": float((attn.sum(axis=1) > 0).sum()),
+        }
+    )
+
+
+ENDINGS = {"ok": "ended_answered", "truncated": "ended_budget", "infra_error": "ended_error"}
+
+
+def _episode_stats(groups: Sequence[TrajectoryGroup]) -> dict[str, float]:
+    """Per-episode figures of a batch, whatever its rows are (whole episodes or their
+    turns): actions per episode (mean and longest), training sequences per episode, and
+    where episodes ended, as fractions: answered (status ``ok``), at the step or context
+    budget (``truncated``) or on an infrastructure error."""
+    steps = [g.ints[g.episodes[1], 2] for g in groups]
+    codes = [g.ints[g.episodes[1], 3] for g in groups]
+    n_steps = np.concatenate(steps or [np.zeros(0, np.int64)])
+    n_codes = np.concatenate(codes or [np.zeros(0, np.int64)])
+    episodes = int(n_steps.size)
+    if not episodes:
+        return {}
+    out = {
+        "episode_actions": float(n_steps.mean()),
+        "episode_actions_max": float(n_steps.max()),
+        "turns_per_episode": float(sum(len(g) for g in groups)) / episodes,
     }
+    for code, status in enumerate(STATUSES):
+        out[ENDINGS[status]] = float((n_codes == code).mean())
+    return out
 
 
 PROCESS_PARTS = {"outcome": "reward_outcome", "process": "reward_process",

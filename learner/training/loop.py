@@ -362,7 +362,10 @@ class _Progress:
 
 def grpo_line(r: dict[str, Any], total: int) -> str:
     """``grpo step 12/200  reward 0.412  success 0.375  KL 0.0375  entropy 1.83
-    1234 tok/s  step 2.31 s (wait 0.40 s)  lag 0.6``. KL is the policy's to the frozen
+    1234 tok/s  step 2.31 s (wait 0.40 s)  lag 0.6  actions 12.4 (12.4 turns)  budget 0.06``,
+    one line whatever the episodes' length: their mean actions (and training sequences per
+    episode when they are trained turn by turn), the fraction that ran out of budget (and
+    of infrastructure errors, when any). KL is the policy's to the frozen
     reference (``kl_ref``) when a KL term is on, else to the policy that sampled the
     batch (``approx_kl``: 0 on the first update of a batch)."""
 
@@ -371,9 +374,17 @@ def grpo_line(r: dict[str, Any], total: int) -> str:
         return "n/a" if v is None else format(v, fmt)
 
     kl = "kl_ref" if r.get("kl_ref") is not None else "approx_kl"
-    return (
+    line = (
         f"grpo step {r['step']}/{total}  reward {r['reward']:.3f}  success {r['success']:.3f}  "
         f"KL {num(kl, '.4f')}  entropy {num('entropy', '.3f')}  "
         f"{r['tokens_per_s']:.0f} tok/s  step {r['step_s']:.2f} s (wait {r['wait_s']:.2f} s)  "
         f"lag {num('policy_lag', '.1f')}"
     )
+    if r.get("episode_actions") is not None:  # the episodes: length, turns, where they ended
+        line += f"  actions {r['episode_actions']:.1f}"
+        if r.get("turns_per_episode", 1.0) > 1.0:
+            line += f" ({r['turns_per_episode']:.1f} turns)"
+        line += f"  budget {r.get('ended_budget', 0.0):.2f}"
+        if r.get("ended_error"):
+            line += f"  errors {r['ended_error']:.2f}"
+    return line

@@ -4,7 +4,8 @@ Pages (their HTML, CSS and JavaScript are files of ``rollout/sidecar/dashboard_s
 by the sidecar itself: nothing is fetched from elsewhere, it works offline):
 
   GET /                          curves (success rate, mean reward, episodes/s, step
-                                 latency) and a table of the recent episodes, filterable
+                                 latency, actions per episode, the fraction ended at the
+                                 budget) and a table of the recent episodes, filterable
                                  by template, status and reward; polls the API every 3 s
   GET /episode/{id}              one episode: every step's action, the model's text and
                                  the observation it got, with the marked (SoM) screenshot
@@ -75,12 +76,14 @@ class Sample:
     reward_sum: float = 0.0
     timed: int = 0  # episodes that took a step (one step-latency observation each)
     step_ms_sum: float = 0.0
+    actions_sum: int = 0  # actions of the episodes that ran (infra errors left out)
+    truncated: int = 0  # episodes that ran out of budget
 
     @classmethod
     def of(cls, s: EngineStats) -> Sample:
         return cls(
             time.monotonic(), time.time(), s.episodes, s.infra_errors, s.successes, s.scored,
-            s.reward_sum, sum(s.step_ms), s.step_ms_sum,
+            s.reward_sum, sum(s.step_ms), s.step_ms_sum, s.actions_sum, s.truncated,
         )  # fmt: skip
 
 
@@ -97,8 +100,9 @@ class Series:
 
     def points(self, window_s: float = WINDOW_S, since: float = 0.0) -> list[dict]:
         """One point per sample after the first, at unix time ``t``: episodes/s, and the
-        success rate, mean reward and mean step latency of the episodes finished in the
-        window before it (None where none finished there)."""
+        success rate, mean reward, mean step latency, mean actions per episode and the
+        fraction that ended at the budget, of the episodes finished in the window before
+        it (None where none finished there)."""
         ring = list(self.ring)
         out, j = [], 0
         for i in range(1, len(ring)):
@@ -115,7 +119,9 @@ class Series:
                  "episodes_per_s": (b.episodes - a.episodes) / max(1e-9, b.t - a.t),
                  "success_rate": (b.successes - a.successes) / ran if ran else None,
                  "mean_reward": (b.reward_sum - a.reward_sum) / scored if scored else None,
-                 "step_ms": (b.step_ms_sum - a.step_ms_sum) / timed if timed else None}
+                 "step_ms": (b.step_ms_sum - a.step_ms_sum) / timed if timed else None,
+                 "episode_actions": (b.actions_sum - a.actions_sum) / ran if ran else None,
+                 "ended_budget": (b.truncated - a.truncated) / ran if ran else None}
             )  # fmt: skip
         return out
 

@@ -59,6 +59,9 @@ class EngineStats:
     outcome_sum: float = 0.0
     process_sum: float = 0.0
     process_term_sum: float = 0.0
+    # the episodes' length and where they ended, over the episodes that ran (not infra errors)
+    actions_sum: int = 0  # actions taken
+    truncated: int = 0  # episodes that ran out of their step or context budget
 
     def observe_steps(self, ms: float) -> None:
         i = next((i for i, b in enumerate(STEP_BUCKETS_MS) if ms <= b), len(STEP_BUCKETS_MS))
@@ -135,6 +138,8 @@ class RolloutEngine:
             self.stats.episodes += 1
             if t.status != "infra_error":
                 self.stats.successes += t.reward >= 1.0
+                self.stats.actions_sum += t.num_steps
+                self.stats.truncated += t.status == "truncated"
                 return turns
             self.stats.infra_errors += 1
         return None

@@ -311,3 +311,44 @@ def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
     ]
     p = Trainer._pack(trainer(2), [TrajectoryGroup("p", "t", turns)])
     assert p.shape == (12, 64) and p.stats["rows_used"] == 12
+
+
+def test_per_episode_figures_of_a_batch_by_hand():
+    """Group p: 2 episodes trained turn by turn, 3 turns (12 actions, answered) and 2
+    turns (20 actions, out of budget); group w: 2 whole episodes, 4 actions answered and
+    1 action cut by an infrastructure error. Per episode: actions (12 + 20 + 4 + 1) / 4
+    = 9.25, longest 20; sequences 7 over 4 episodes = 1.75; ended: answered 2/4, budget
+    1/4, error 1/4. Every turn of an episode carries the episode's figures."""
+
+    def seq(gid, i, reward, turn, steps, status):
+        t = _traj(gid, i, [5, 6, 7], [0, 1, 1], [0, -1, -1], reward)
+        return dataclasses.replace(t, turn=turn, num_steps=steps, status=status)
+
+    p = TrajectoryGroup("p", "t", [
+        seq("p", 0, 1.0, 0, 12, "ok"), seq("p", 0, 1.0, 1, 12, "ok"), seq("p", 0, 1.0, 2, 12, "ok"),
+        seq("p", 1, 0.0, 0, 20, "truncated"), seq("p", 1, 0.0, 1, 20, "truncated"),
+    ])  # fmt: skip
+    w = TrajectoryGroup(
+        "w", "t", [seq("w", 0, 1.0, -1, 4, "ok"), seq("w", 1, 0.0, -1, 1, "infra_error")]
+    )
+    s = pack([p, w], rows=8, buckets=[8]).stats
+    assert s["episode_actions"] == pytest.approx(9.25) and s["episode_actions_max"] == 20
+    assert s["turns_per_episode"] == pytest.approx(1.75) and s["trajectories"] == 4
+    assert (s["ended_answered"], s["ended_budget"], s["ended_error"]) == (0.5, 0.25, 0.25)
+    whole = pack([w], rows=8, buckets=[8]).stats
+    assert whole["turns_per_episode"] == 1.0 and whole["episode_actions"] == pytest.approx(2.5)
+
+
+def test_the_grpo_line_stays_one_line_and_shows_the_episodes():
+    from learner.training.loop import grpo_line
+
+    r = {"step": 3, "reward": 0.5, "success": 0.25, "approx_kl": 0.0, "entropy": 0.3,
+         "tokens_per_s": 800.0, "step_s": 50.0, "wait_s": 0.1, "policy_lag": 1.0}  # fmt: skip
+    assert "actions" not in grpo_line(r, 24)  # a batch from before the figures
+    whole = {**r, "episode_actions": 3.0, "turns_per_episode": 1.0, "ended_budget": 0.0,
+             "ended_error": 0.0}  # fmt: skip
+    assert grpo_line(whole, 24).endswith("lag 1.0  actions 3.0  budget 0.00")
+    long = {**whole, "episode_actions": 14.25, "turns_per_episode": 14.25, "ended_budget": 0.125,
+            "ended_error": 0.0625}  # fmt: skip
+    line = grpo_line(long, 24)
+    assert line.endswith("actions 14.2 (14.2 turns)  budget 0.12  errors 0.06") and "\n" not in line

@@ -476,3 +476,32 @@ def test_summary_names_its_config_and_the_test_episodes_lengths(tmp_path):
     assert config_name(DEFAULT_CONFIG) == "configs/tiny.toml"
     assert config_name(str(tmp_path / "x.toml")) == str(tmp_path / "x.toml")
     assert config_name(None) is None
+
+
+def test_curves_show_the_episodes_when_the_batches_carry_them(tmp_path):
+    """A third panel (the figure 15 inches wide at 100 dpi, not 11) when metrics.jsonl has
+    the batches' per-episode figures; a run from before them keeps two panels."""
+    import struct
+
+    def res(k, n=300):
+        return {"n": n, "success_rate": k / n, "mean_reward": k / n, "ci95": list(wilson(k, n))}
+
+    results = {"before": res(90), "before_greedy": res(150), "after": res(160)}
+    results["after_greedy"] = res(170)
+
+    def width(rows) -> int:
+        run = tmp_path / f"run{len(rows[0])}"
+        run.mkdir()
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        summarize(RunConfig(), run, results, 1.0)
+        png = (run / "curves.png").read_bytes()
+        return struct.unpack(">I", png[16:20])[0]  # the IHDR chunk's width
+
+    plain = [{"step": s, "reward": s / 40, "success": s / 40} for s in range(1, 21)]
+    assert width(plain) == 1100
+    long = [
+        {**r, "episode_actions": 10 + r["step"] / 4, "episode_actions_max": 30,
+         "turns_per_episode": 10 + r["step"] / 4, "ended_budget": 0.2, "ended_error": 0.0}
+        for r in plain
+    ]  # fmt: skip
+    assert width(long) == 1500

@@ -73,26 +73,31 @@ def test_curve_points_are_rates_over_the_window_before_them():
     series.ring.extend(
         [Sample(0.0, 1000.0),
          Sample(10.0, 1010.0, episodes=5, infra_errors=1, successes=2, scored=4, reward_sum=3.0,
-                timed=4, step_ms_sum=400.0),
+                timed=4, step_ms_sum=400.0, actions_sum=20, truncated=1),
          Sample(20.0, 1020.0, episodes=5, infra_errors=1, successes=2, scored=4, reward_sum=3.0,
-                timed=4, step_ms_sum=400.0),
+                timed=4, step_ms_sum=400.0, actions_sum=20, truncated=1),
          Sample(80.0, 1080.0, episodes=7, infra_errors=1, successes=4, scored=6, reward_sum=5.0,
-                timed=6, step_ms_sum=1000.0)]
+                timed=6, step_ms_sum=1000.0, actions_sum=44, truncated=1)]
     )  # fmt: skip
     p10, p20, p80 = series.points(window_s=60.0)
-    # at 10 s, over [0, 10]: 5 episodes / 10 s; 2 successes of 5 - 1 infra; 3.0 / 4; 400 / 4
+    # at 10 s, over [0, 10]: 5 episodes / 10 s; 2 successes of 5 - 1 infra; 3.0 / 4; 400 / 4;
+    # 20 actions / 4 episodes that ran; 1 of the 4 out of budget
     assert p10 == {"t": 1010.0, "episodes_per_s": 0.5, "success_rate": 0.5,
-                   "mean_reward": 0.75, "step_ms": 100.0}  # fmt: skip
+                   "mean_reward": 0.75, "step_ms": 100.0, "episode_actions": 5.0,
+                   "ended_budget": 0.25}  # fmt: skip
     # at 20 s, over [0, 20] (all within 60 s): 5 / 20 s, the same episodes
     assert p20["episodes_per_s"] == 0.25 and p20["success_rate"] == 0.5
-    # at 80 s, over [20, 80]: 2 episodes / 60 s, both succeeded, 2.0 / 2, 600 ms / 2
+    # at 80 s, over [20, 80]: 2 episodes / 60 s, both succeeded, 2.0 / 2, 600 ms / 2,
+    # 24 actions / 2, none out of budget
     assert p80 == {"t": 1080.0, "episodes_per_s": 2 / 60, "success_rate": 1.0,
-                   "mean_reward": 1.0, "step_ms": 300.0}  # fmt: skip
+                   "mean_reward": 1.0, "step_ms": 300.0, "episode_actions": 12.0,
+                   "ended_budget": 0.0}  # fmt: skip
     # a window with no episode: no rate but episodes/s (0), not a 0 % success rate
-    series.ring.append(Sample(82.0, 1082.0, 7, 1, 4, 6, 5.0, 6, 1000.0))
+    series.ring.append(Sample(82.0, 1082.0, 7, 1, 4, 6, 5.0, 6, 1000.0, 44, 1))
     (p82,) = series.points(window_s=1.0, since=1080.0)
     assert p82 == {"t": 1082.0, "episodes_per_s": 0.0, "success_rate": None,
-                   "mean_reward": None, "step_ms": None}  # fmt: skip
+                   "mean_reward": None, "step_ms": None, "episode_actions": None,
+                   "ended_budget": None}  # fmt: skip
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -175,10 +180,17 @@ async def test_the_overview_draws_live_curves_and_filters_episodes(sidecar, page
     await page.goto(url + "/")
     await page.wait_for_selector("#episodes tbody tr")
     await page.wait_for_selector("#chart-success_rate path.line", state="attached")
-    for chart in ("success_rate", "mean_reward", "episodes_per_s", "step_ms"):
+    charts = ("success_rate", "mean_reward", "episodes_per_s", "step_ms", "episode_actions",
+              "ended_budget")  # fmt: skip
+    for chart in charts:
         assert await page.locator(f"#chart-{chart} path.line").count() == 1, chart
     assert await path_points(page, "episodes_per_s") >= 2
     assert await page.inner_text("#chart-success_rate .chart-value") == "100%"  # the oracle's
+    # the oracle answers every episode, each after at least one action before the answer
+    assert engine.stats.truncated == 0 and engine.stats.actions_sum >= 2 * 4
+    assert await page.inner_text("#chart-ended_budget .chart-value") == "0%"
+    shown = float(await page.inner_text("#chart-episode_actions .chart-value"))
+    assert shown == round(engine.stats.actions_sum / 4, 1)
     counters = await page.inner_text("#counters")
     assert "EPISODES\n4" in counters.upper(), counters
     shot = await page.screenshot(full_page=True)

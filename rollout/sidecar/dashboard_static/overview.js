@@ -9,6 +9,8 @@ const CHARTS = [
   {key: "mean_reward", title: "Mean reward", show: (v) => fmt.num(v, 2), lo: 0, hi: 1},
   {key: "episodes_per_s", title: "Episodes / s", show: fmt.rate, lo: 0, hi: 0},
   {key: "step_ms", title: "Step latency", show: fmt.ms, lo: 0, hi: 0},
+  {key: "episode_actions", title: "Actions / episode", show: (v) => fmt.num(v, 1), lo: 0, hi: 0},
+  {key: "ended_budget", title: "Ended at the budget", show: fmt.pct, lo: 0, hi: 1, fixed: true},
 ];
 const STATUSES = ["ok", "truncated", "infra_error"];
 
