@@ -21,7 +21,7 @@ It is off unless ``LEARNER_KEEP_FREED_MEMORY=1`` is in the environment, because 
 is not a win everywhere. The heap still grows now and then, mostly over a program's
 first runs (its blocks do not always fit the holes the last run left: a program with
 a 256 MB buffer faulted its pages in on 1-10 of 16 runs instead of all 16,
-tests/learner/test_host_memory.py), and it keeps its high-water mark. On the GRPO
+tests/learner/training/test_host_memory.py), and it keeps its high-water mark. On the GRPO
 step of Tunix's example shape (4 blocks, 128 rows x 192 tokens) it took 2.17 -> 1.94 s
 a step; but on ``bench/learner.py``'s 48M config
 (10 blocks, scanned) the step ran at 0.38-0.49 of the matmul peak against 0.53-0.55

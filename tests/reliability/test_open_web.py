@@ -18,7 +18,7 @@ from rollout.net.resolver import StaticResolver
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.reliability.test_bad_input import bypasses
 from tests.rollout.env.test_reader import make_pdf
-from tests.rollout.test_proxies import origin, origin_server, tinyproxies  # noqa: F401
+from tests.rollout.net.test_proxies import origin, origin_server, tinyproxies  # noqa: F401
 
 pytestmark = pytest.mark.reliability
 

@@ -10,7 +10,7 @@ import tracemalloc
 
 from rollout.archive.index import DIR_INDEX, file_index_path
 from rollout.archive.store import Archive, Exchange
-from tests.rollout.test_archive import _write
+from tests.rollout.archive.test_archive import _write
 
 
 def _ex(i: int, body: bytes, episode: str = "", **kw) -> Exchange:

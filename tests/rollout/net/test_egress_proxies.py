@@ -20,8 +20,8 @@ from rollout.net.egress import (
 )
 from rollout.net.proxies import ProxyPool
 from rollout.net.urls import UrlPolicy
-from tests.rollout import test_proxies as shared
-from tests.rollout.test_proxies import Origin, via_of
+from tests.rollout.net import test_proxies as shared
+from tests.rollout.net.test_proxies import Origin, via_of
 
 # The real proxies and the origin, shared with test_proxies.py.
 origin_server, origin, tinyproxies = shared.origin_server, shared.origin, shared.tinyproxies

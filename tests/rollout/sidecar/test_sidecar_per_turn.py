@@ -9,7 +9,7 @@ import pytest
 
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
-from tests.rollout.test_sidecar import sidecar_args
+from tests.rollout.sidecar.test_sidecar import sidecar_args
 
 pytestmark = pytest.mark.multiprocess
 

@@ -14,8 +14,8 @@ from rollout.verifiers import verify
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
 from tests.learner.helpers import teacher_forced_logprobs
-from tests.rollout.test_metrics import scrape, value
-from tests.rollout.test_sidecar import sidecar_args
+from tests.rollout.sidecar.test_metrics import scrape, value
+from tests.rollout.sidecar.test_sidecar import sidecar_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.browser]
 

@@ -13,7 +13,7 @@ from flax import nnx
 
 from learner.model.params import Model, get_params, tiny_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _bench():

@@ -11,7 +11,7 @@ import pytest
 
 from shared.wire import decode_groups
 from tests.conftest import start_server, stop_server
-from tests.rollout.test_metrics import FAMILIES, scrape, value
+from tests.rollout.sidecar.test_metrics import FAMILIES, scrape, value
 
 pytestmark = pytest.mark.multiprocess
 TOKEN = "s3cret-token"

@@ -105,7 +105,7 @@ async def test_a_sidecar_killed_while_recording_leaves_an_archive_that_replays(
     from rollout.net.core import Net
     from shared.config import EnvConfig, SearchConfig
     from tests.conftest import start_server
-    from tests.rollout.test_sidecar import sidecar_args
+    from tests.rollout.sidecar.test_sidecar import sidecar_args
 
     row = fault(
         "the sidecar killed with SIGKILL while recording its episodes' web",

@@ -2,7 +2,7 @@
 stickiness, failover when a proxy dies or is banned, cool-downs, and credentials kept secret.
 
 The fixtures here (``tinyproxies``, ``microsocks``, ``origin``) are shared with
-tests/rollout/test_egress_proxies.py.
+tests/rollout/net/test_egress_proxies.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from rollout.tracking.tracker import (
 )
 from rollout.verifiers import Reward
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 T0 = 1782382995  # 2026-06-25 10:23:15 UTC
 LINE = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] (Step \d+: \S.*|→ \S.*)$")
 TASK = {"id": "train-qa-000042", "question": "What was US GDP in 2024?", "answer": "$28.5T"}

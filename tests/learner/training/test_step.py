@@ -14,7 +14,7 @@ from learner.training.batching import bucket_for, pack
 from shared.wire import TrajectoryGroup, decode_groups, encode_groups
 from tests.learner.helpers import trajectory as _traj
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_bucket_is_the_smallest_that_fits():

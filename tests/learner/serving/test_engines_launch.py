@@ -1,5 +1,5 @@
 """How ``learner.engines`` starts an engine: the command line, its environment, the
-weights it restarts from. No engine runs here (``tests/learner/test_engines.py`` runs
+weights it restarts from. No engine runs here (``tests/learner/serving/test_engines.py`` runs
 them)."""
 
 from __future__ import annotations

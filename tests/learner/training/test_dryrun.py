@@ -15,7 +15,7 @@ from learner.train import main
 from learner.training import dryrun
 from shared.config import load
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG = REPO / "configs" / "qwen2.5-7b-8xh100.toml"
 TINY = REPO / "configs" / "tiny.toml"
 # The tiny model on 4 simulated devices (fsdp), bf16 compute, 2 rows of 1,024 tokens each.

@@ -12,7 +12,7 @@ import pytest
 
 from learner.training import host_memory
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # A jitted program with a ~256 MB temporary buffer (and output above glibc's largest
 # mmap threshold), run a few times; the minor page faults of the later runs are counted.

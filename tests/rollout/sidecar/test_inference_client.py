@@ -3,7 +3,7 @@ documented ``/generate`` schema (``output_ids``, ``meta_info.finish_reason``,
 ``output_token_logprobs`` as ``[logprob, id, text]``, ``weight_version``): an aborted
 generation is asked again, never handed to the episode as the model's reply, and a weight
 update pauses the servers without aborting what runs. The same behaviour against the real
-embedded server is in ``tests/learner/test_serve.py``."""
+embedded server is in ``tests/learner/serving/test_serve.py``."""
 
 from __future__ import annotations
 
