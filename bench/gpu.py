@@ -25,7 +25,7 @@ serving widths), in a few seconds, so the script is exercised by the test suite 
 GPU is at hand; the peak is then the measured bfloat16 matmul rate, and ``cudnn`` cases
 are skipped (no cuDNN on the CPU).
 
-    python bench/gpu.py [--budget-s 450] [--peak-tflops X] [--steps 3] [--smoke]
+    python bench/gpu.py [--budget-s 450] [--peak-tflops X] [--steps 3] [--smoke] [--out F]
 
 Final line: {"bench": "gpu", "backend", "device", "peak_tflops", "peak_source",
 "train": [{"model", "params", "length", "rows", "attention", "remat", "compile_s",
@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -224,15 +225,32 @@ def serve_cases(name: str, shape: dict, smoke: bool) -> list[dict]:
     out = []
     for rows, p, n, kind in [*((w, prompt, new, "decode") for w in widths),
                              (prefill_rows, prefill_len, 1, "prefill")]:  # fmt: skip
-        engine = Engine(model, eos_ids=(), max_batch=rows, max_len=p + n + 8, decode_chunk=8)
-        first = generate(engine, rows, p, n, cfg_model.vocab_size, seed=1)
-        seconds = generate(engine, rows, p, n, cfg_model.vocab_size, seed=2)
-        tokens = rows * (n if kind == "decode" else p)
-        out.append({"model": name, "kind": kind, "rows": rows, "prompt": p, "new": n,
-                    "first_call_s": round(first, 2), "seconds": round(seconds, 4),
-                    "tokens_per_s": round(tokens / seconds, 1)})  # fmt: skip
-        print(f"serve {kind} {rows} rows: {tokens / seconds:,.0f} tokens/s", flush=True)
+        row = {"model": name, "kind": kind, "rows": rows, "prompt": p, "new": n}
+        try:
+            engine = Engine(model, eos_ids=(), max_batch=rows, max_len=p + n + 8, decode_chunk=8)
+            first = generate(engine, rows, p, n, cfg_model.vocab_size, seed=1)
+            seconds = generate(engine, rows, p, n, cfg_model.vocab_size, seed=2)
+        except Exception as e:  # reported like a train case's failure; the others still run
+            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        else:
+            tokens = rows * (n if kind == "decode" else p)
+            row.update(first_call_s=round(first, 2), seconds=round(seconds, 4),
+                       tokens_per_s=round(tokens / seconds, 1))  # fmt: skip
+        out.append(row)
+        emit(row)
     return out
+
+
+_LOG: list[Path] = []  # --out: every result line is appended there as it is measured
+
+
+def emit(row: dict) -> None:
+    """Print one result line, and append it to ``--out`` (a run cut short keeps what it had)."""
+    line = json.dumps(row)
+    print(line, flush=True)
+    for path in _LOG:
+        with path.open("a") as f:
+            f.write(line + "\n")
 
 
 def matmul_peak_flops(dtype=jnp.bfloat16, n: int = 1024, repeats: int = 5) -> float:
@@ -264,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-tflops", type=float, help="the chip's bf16 peak (default: by kind)")
     ap.add_argument("--steps", type=int, default=3, help="timed train steps per case")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on any backend")
+    ap.add_argument("--out", type=Path, help="also append every result line to this file")
     args = ap.parse_args(argv)
+    _LOG[:] = [args.out] if args.out else []
     t_start = time.monotonic()
     models = SMOKE_MODELS if args.smoke else MODELS
     lengths = (128, 256) if args.smoke else (4096, 16_384)
@@ -296,15 +316,16 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # one case's failure (out of memory, a kernel) is a result
             r = {**base, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
         train.append(r)
-        print(json.dumps(r), flush=True)
+        emit(r)
     if not serve:
         serve = serve_cases(next(iter(models)), next(iter(models.values())), args.smoke)
-    print(json.dumps({
+    emit({
         "bench": "gpu", "backend": jax.default_backend(), "device": device,
+        "jax": jax.__version__, "flax": flax.__version__,
         "peak_tflops": round(peak / 1e12, 2), "peak_source": source, "smoke": args.smoke,
         "train": train, "serve": serve, "elapsed_s": round(time.monotonic() - t_start, 1),
         "budget_s": args.budget_s,
-    }))  # fmt: skip
+    })  # fmt: skip
     return 0
 
 
