@@ -209,13 +209,19 @@ class EnvConfig:
     browser_path: str = option(
         "/usr/bin/chromium-headless-shell", "Chromium executable Playwright launches."
     )
-    history: Literal["full", "keep_last"] = option(
+    history: Literal["full", "keep_last", "window"] = option(
         "full",
         "Context policy of each turn's prompt: `full`, every earlier observation; "
         "`keep_last`, the last env.keep_last observations, earlier ones replaced by a one-line "
-        "stub keeping the action and the URL (needs rollout.trajectory = 'per_turn').",
+        "stub keeping the action and the URL; `window`, the last env.keep_last turns (action "
+        "and observation), earlier turns left out, so every prompt is bounded whatever the "
+        "episode's length (both need rollout.trajectory = 'per_turn').",
     )
-    keep_last: int = option(3, "Observations env.history = 'keep_last' keeps verbatim.", ge=0)
+    keep_last: int = option(
+        3,
+        "Observations env.history = 'keep_last' keeps verbatim; turns 'window' keeps (at least 1).",
+        ge=0,
+    )
 
     def __post_init__(self) -> None:
         # env.kind and env.mode are one setting: after loading both hold the environment's
@@ -744,6 +750,11 @@ def _check_cross_fields(c: RunConfig, source: str) -> None:
         raise ConfigError(
             f"{source}: env.history = {c.env.history!r}: expected 'full' when "
             "rollout.trajectory = 'sequence' (one sequence holds every observation)"
+        )
+    if c.env.history == "window" and c.env.keep_last < 1:
+        raise ConfigError(
+            f"{source}: env.keep_last = {c.env.keep_last}: expected at least 1 when "
+            "env.history = 'window' (the turn in view)"
         )
     if c.rollout.trajectory == "per_turn" and c.learner.loss_agg == "seq_mean_token_mean":
         raise ConfigError(

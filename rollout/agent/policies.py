@@ -114,8 +114,9 @@ class OraclePolicy:
         return self._call("answer", self._answer())
 
     def _next_page(self, url: str) -> str:
-        """Follow a list's "Next page" link: by its URL in api mode, by clicking it in the
-        browser modes (som: by its number, scrolling down until the link is in view)."""
+        """Follow a page's "Next page" (a list's) or "Next: ..." (a city's) link: by its URL
+        in api mode, by clicking it in the browser modes (som: by its number, scrolling down
+        until the link is in view)."""
         self.pending_quote = None
         if self.mode == "api":
             return self._visit(url)
@@ -238,11 +239,14 @@ class NoisyOraclePolicy(OraclePolicy):
 
 
 def _bridge(task: dict) -> str | None:
-    """The entity a multi-hop task's first evidence leads to: the last name in its quote
-    ("... serving Mykonos Island, Greece." -> "Greece"); None for one hop, or when the
-    quote names nothing or names the answer itself."""
+    """The entity a multi-hop task's first evidence leads to: the task's ``bridge`` when it
+    names one, else the last name in its quote ("... serving Mykonos Island, Greece." ->
+    "Greece"); None for one hop, or when the quote names nothing or names the answer
+    itself."""
     if len(task.get("evidence") or ()) < 2:
         return None
+    if task.get("bridge"):  # named by the task ("Next: Le Bouscat" -> "Le Bouscat")
+        return task["bridge"]
     names = _NAME.findall(task["evidence"][0]["quote"])
     if not names or _fold(names[-1]) == _fold(task["answer"]):
         return None
@@ -300,7 +304,7 @@ def _with_article(answer: str, quotes: list[str]) -> str:
 
 
 _SEARCH_FORM = re.compile(r'\[(\d+)\] searchbox "Search query"[^\n\[]*\[(\d+)\] button "Search"')
-_NEXT_LINK = re.compile(r'\[(\d+)\] link "Next page"')
+_NEXT_LINK = re.compile(r'\[(\d+)\] link "Next(?: page|: [^"]+)"')  # a list's, a city's
 _URL = re.compile(r"https?://[^\s)\"'<>]+")
 _HERE = re.compile(r"^URL: (\S+)", re.M)
 _NAME = re.compile(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)?\b")

@@ -18,7 +18,10 @@ sequences score the same tokens with the same prefixes; with ``"keep_last"``
 only the last ``keep_last`` observations are kept and earlier ones become a
 one-line stub (the action and the URL), so a long episode's turns each fit the
 window although the whole episode would not. The model's own turns are kept
-verbatim (observation masking).
+verbatim (observation masking). With ``"window"`` only the last ``keep_last`` turns
+are kept at all (the model's action and the observation after it), earlier turns are
+dropped: every turn's prompt is bounded (the head plus ``keep_last`` turns) however
+long the episode runs.
 
 A scripted policy (oracle, noisy oracle) runs through the same code: its text is
 tokenized and marked as actions, with logprob 0 and version 0.
@@ -37,6 +40,8 @@ from rollout.sidecar.inference import Generation, InferenceClient, InferenceErro
 from shared.chat import TurnFormat, observation_turn, stub_text
 from shared.tokenizer import Tokenizer
 from shared.wire import Trajectory
+
+HISTORIES = ("full", "keep_last", "window")  # env.history: what each turn's prompt keeps
 
 
 @dataclass
@@ -82,19 +87,24 @@ def _version(v: str) -> int:
 class Context:
     """The context policy: which observations each turn's prompt holds (``env.history``)."""
 
-    history: str = "full"  # "full": every observation; "keep_last": the last keep_last ones
-    keep_last: int = 3  # observations kept verbatim under "keep_last"
+    # "full": every observation; "keep_last": the last keep_last ones, older ones as stubs;
+    # "window": the last keep_last turns only, older ones dropped
+    history: str = "full"
+    keep_last: int = 3  # observations (turns, under "window") kept verbatim
 
     def __post_init__(self) -> None:
-        if self.history not in ("full", "keep_last") or self.keep_last < 0:
+        if self.history not in HISTORIES or self.keep_last < (self.history == "window"):
             raise ValueError(f"bad context policy {self.history!r} / keep_last {self.keep_last}")
 
     def prompt(self, head: list[int], turns: list[_Turn]) -> list[int]:
         """The prompt of the turn after ``turns``: the head, then each earlier turn's
-        generated ids and its observation, verbatim or (older than keep_last) the stub."""
+        generated ids and its observation, verbatim or (older than keep_last) the stub;
+        under "window" the turns older than the last keep_last are left out."""
         out = list(head)
-        keep_from = len(turns) - self.keep_last if self.history == "keep_last" else 0
+        keep_from = len(turns) - self.keep_last if self.history != "full" else 0
         for j, t in enumerate(turns):
+            if j < keep_from and self.history == "window":
+                continue
             out += t.gen
             out += t.observation if j >= keep_from else t.stub
         return out
@@ -197,7 +207,7 @@ async def _play(env, task, tok, limits, context, client, sampling, scripted) -> 
             )
             obs = observation_turn(tok, fmt, r.text, limits.observation_tokens, closing)
             stub = obs
-            if context.history != "full":
+            if context.history == "keep_last":
                 s = env.record.steps[-1]
                 line = stub_text(s.index, s.action, s.args, s.url)
                 stub = observation_turn(tok, fmt, line, limits.observation_tokens, closing)

@@ -95,7 +95,7 @@ def _as_citation(c: Candidate) -> Candidate:
     return Candidate(
         f"{c.template}+citation", "citation", c.subject, c.question + CITATION_SUFFIX, c.answer,
         c.evidence, c.query, list(c.aliases), list(c.key_facts), c.start, dict(c.anchors),
-        c.path, c.derived, c.tolerance,
+        c.path, c.derived, c.tolerance, c.bridge,
     )  # fmt: skip
 
 
@@ -123,6 +123,8 @@ def to_task(c: Candidate, split: str, base_url: str) -> dict:
         task["derived"] = True  # the answer is computed from the evidence, not quoted
     if c.tolerance is not None:
         task["tolerance"] = c.tolerance
+    if c.bridge is not None:
+        task["bridge"] = c.bridge  # where one hop short ends (the noisy oracle's habit)
     if c.type == "multi_doc":
         task["key_facts"] = list(c.key_facts)
     return task

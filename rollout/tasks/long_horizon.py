@@ -11,12 +11,17 @@
 - ``join``: Atlas -> AirportDB joins whose deciding fact (an airport's elevation)
   is only in the JavaScript-rendered panel (in api mode, which runs no
   JavaScript, the gold path reads the panel's JSON source instead).
+- ``walk``: a chain of hops where each page names the next: down a country's city
+  list, city page by city page (each links the next one, "Next: ..."), to the first
+  city whose page lists an airport. Every action is a local decision on the page in
+  view (follow "Next", or answer with the name of the city whose page lists an
+  airport), every name a copy, so a small policy can learn it at any length.
 
 These templates register in ``TEMPLATES`` but are not part of the default draw
 (``LONG_TEMPLATES``): ``generate`` gives them only when named in ``templates``.
 Their candidates carry an explicit gold path (``Candidate.path``): ``visit`` (with
-``data`` for a JavaScript panel's source) and ``next_page`` (follow the list's
-"Next page" link, which the oracle clicks in the browser modes).
+``data`` for a JavaScript panel's source) and ``next_page`` (follow the page's
+"Next page" or "Next: ..." link, which the oracle clicks in the browser modes).
 
 The members' area is not used: its login is a form POST, which api mode cannot send.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Iterator
 
 from rollout.tasks.templates import Candidate, template
@@ -41,6 +47,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     ),
     "constraint": ("constraint_city", "constraint_airport"),
     "join": ("join_highest_airport", "join_city_airports_highest"),
+    "walk": ("walk_city_airport",),
 }
 LONG_TEMPLATES = frozenset(t for ts in FAMILIES.values() for t in ts)
 MIN_STEPS, MAX_STEPS = 10, 50  # gold-path actions (the answer not counted)
@@ -364,3 +371,45 @@ def join_city_airports_highest(lw: LocalWeb) -> Iterator[Candidate]:
             f"the ten largest cities of {c.name}?", f"{high:,} ft", ev, path[0][1]["query"],
             aliases=[f"{high:,}", str(high), f"{high} ft"], path=path,
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- walks
+
+WALK_HOPS = (8, 20)  # "Next" links followed: gold paths of 10 to 22 actions
+
+
+@template
+def walk_city_airport(lw: LocalWeb) -> Iterator[Candidate]:
+    """From city X down its country's list (largest first) to the first city after X whose
+    Atlas page lists an airport: search X, open its page, then follow each city page's
+    "Next: ..." link until a page has an "Airports" section, and answer with that city.
+
+    The tasks whose walk is 8 to 20 hops, where X's name and the answer's are each unique in
+    their country. ``bridge`` is the name X's page links as "Next": the city right after X,
+    the answer of one who reads "the first city after X" and stops there."""
+    w = lw.world
+    lo, hi = WALK_HOPS
+    for c in w.countries.values():
+        ids = c.cities
+        names = Counter(w.cities[i].name for i in ids)
+        airports = [k for k, i in enumerate(ids) if w.cities[i].airports]
+        for k, i in enumerate(ids):
+            x = w.cities[i]
+            end = next((j for j in airports if j > k), None)
+            if end is None or not lo <= end - k <= hi:
+                continue
+            y, z = w.cities[ids[k + 1]], w.cities[ids[end]]
+            if names[x.name] > 1 or names[z.name] > 1:
+                continue
+            query = f"{x.name} {c.name} city"
+            path = [("search", {"query": query}), _visit(f"/geo/city/{x.id}")]
+            path += [("next_page", {"url": f"/geo/city/{j}"}) for j in ids[k + 1 : end + 1]]
+            a = w.airports[z.airports[0]]
+            yield Candidate(
+                "walk_city_airport", "qa", f"city:{x.id}",
+                f"Going down the Atlas's list of the cities of {c.name}, largest first, which "
+                f"is the first city after {x.name} whose Atlas page lists an airport?", z.name,
+                [(f"/geo/city/{x.id}", f"Next: {y.name}"),
+                 (f"/geo/city/{z.id}", f"{a.name} ({a.iata})")],
+                query, path=path, bridge=y.name,
+            )  # fmt: skip

@@ -37,6 +37,9 @@ class Candidate:
     path: list[tuple[str, dict]] | None = None
     derived: bool = False  # the answer is computed from the evidence (a count, a sum)
     tolerance: float | None = None  # relative tolerance of a numeric answer
+    # The entity the first evidence leads to, when its quote does not end with its name
+    # (the noisy oracle's "one hop short" answer; see ``rollout.agent.policies._bridge``)
+    bridge: str | None = None
 
     @property
     def pages(self) -> list[str]:

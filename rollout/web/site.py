@@ -51,6 +51,8 @@ class Site:
         self.world = world
         self.env = environment()
         self.pages: dict[str, Page] = {}
+        # each city's place in its country's list (0: the largest)
+        self.list_rank = {i: k for c in world.countries.values() for k, i in enumerate(c.cities)}
         self._build()
 
     def __getstate__(self) -> dict[str, Any]:  # the jinja environment is rebuilt, not pickled
@@ -226,7 +228,16 @@ class Site:
             lead=self.city_lead(city),
             population=number(city.population),
             airports=[w.airports[i] for i in city.airports],
+            prev=self.list_neighbour(city, -1),
+            next=self.list_neighbour(city, +1),
         )
+
+    def list_neighbour(self, city: City, step: int) -> City | None:
+        """The city before (``step`` -1) or after (+1) ``city`` in its country's Atlas list
+        (largest first), as the city page's "Previous" and "Next" links name them."""
+        c = self.world.countries[city.country]
+        k = self.list_rank[city.id] + step
+        return self.world.cities[c.cities[k]] if 0 <= k < len(c.cities) else None
 
     def _build_factbook(self) -> None:
         w = self.world

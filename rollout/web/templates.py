@@ -87,6 +87,7 @@ GEO_CITY = """{% extends "layout" %}{% block main %}
 <tr><th>Coordinates</th><td>{{ "%.4f" | format(city.latitude) }}, {{ "%.4f" | format(city.longitude) }}</td></tr>
 </table>
 {% if airports %}<h2>Airports</h2><ul>{% for a in airports %}<li><a href="/airports/{{ a.iata }}">{{ a.name }} ({{ a.iata }})</a></li>{% endfor %}</ul>{% endif %}
+{% if prev or next %}<p class="list-nav">{% if prev %}<a rel="prev" href="/geo/city/{{ prev.id }}">Previous: {{ prev.name }}</a>{% endif %}{% if prev and next %} | {% endif %}{% if next %}<a rel="next" href="/geo/city/{{ next.id }}">Next: {{ next.name }}</a>{% endif %}</p>{% endif %}
 {% endblock %}"""
 
 GEO_LIST = """{% extends "layout" %}{% block main %}

@@ -248,3 +248,61 @@ def test_premature_is_drawn_once_per_episode_at_its_rate_and_leaves_the_other_dr
             q = NoisyOraclePolicy(TWO_HOP, "api", "http://w", p=0.35, seed=seed)
             assert texts == _episode(q, views)
     assert 0.53 < short / 400 < 0.67  # 0.6, within ~3 standard deviations
+
+
+# A walk (rollout.tasks.long_horizon.walk_city_airport), three hops down a city list
+WALK = {
+    "type": "qa",
+    "question": "Going down the Atlas's list of the cities of France, largest first, which is "
+    "the first city after Torcy whose Atlas page lists an airport?",
+    "answer": "Pontoise",
+    "bridge": "Brétigny-sur-Orge",
+    "gold_path": [
+        {"action": "search", "args": {"query": "Torcy France city"}},
+        {"action": "visit", "args": {"url": "http://w/geo/city/1"}},
+        {"action": "next_page", "args": {"url": "http://w/geo/city/2"}},
+        {"action": "next_page", "args": {"url": "http://w/geo/city/3"}},
+        {"action": "next_page", "args": {"url": "http://w/geo/city/4"}},
+    ],
+    "evidence": [
+        {"url": "http://w/geo/city/1", "quote": "Next: Brétigny-sur-Orge"},
+        {"url": "http://w/geo/city/4", "quote": "Pontoise Airport (POX)"},
+    ],
+}
+
+
+def _city(n: int, name: str, nxt: str, airport: str = "") -> str:
+    return (
+        f"URL: http://w/geo/city/{n}\n# {name}\n{name} is a city in France.\n{airport}"
+        f"[Previous: X](http://w/geo/city/{n - 1}) | [Next: {nxt}](http://w/geo/city/{n + 1})"
+    )
+
+
+WALK_VIEWS = [
+    "start",
+    "1. Torcy, France - city\n   http://w/geo/city/1\n   Torcy is a city in France.",
+    _city(1, "Torcy", "Brétigny-sur-Orge"),
+    _city(2, "Brétigny-sur-Orge", "Miramas"),
+    _city(3, "Miramas", "Pontoise"),
+    _city(
+        4, "Pontoise", "Agde", "## Airports\n- [Pontoise Airport (POX)](http://w/airports/POX)\n"
+    ),
+]
+
+
+def test_a_walk_follows_each_next_link_and_one_hop_short_answers_the_city_after_the_start():
+    """The oracle follows "Next" page by page and answers at the page listing an airport;
+    the premature habit answers with the task's bridge (the city X's page names as "Next")
+    as soon as X's page is in view; the browser modes click the "Next: ..." link."""
+    whole = _episode(OraclePolicy(WALK, "api", "http://w"), WALK_VIEWS)
+    assert whole == [
+        "<search> Torcy France city</search>", "<visit> http://w/geo/city/1</visit>",
+        "<visit> http://w/geo/city/2</visit>", "<visit> http://w/geo/city/3</visit>",
+        "<visit> http://w/geo/city/4</visit>", "<answer> Pontoise</answer>",
+    ]  # fmt: skip
+    short = NoisyOraclePolicy(WALK, "api", "http://w", p=0.0, seed=0, premature=1.0)
+    assert _episode(short, WALK_VIEWS)[2:] == ["<answer> Brétigny-sur-Orge</answer>"]
+    som = OraclePolicy(WALK, "som", "http://w")
+    som.plan = som.plan[2:]  # at Torcy's page: the next step follows its "Next" link
+    view = 'URL: http://w/geo/city/1\n[7] link "Previous: X"\n[8] link "Next: Brétigny-sur-Orge"'
+    assert som.next(view) == "click(8)"

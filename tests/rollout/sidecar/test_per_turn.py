@@ -266,6 +266,47 @@ def test_keep_last_fits_a_long_episode_in_the_window_and_trains():
     assert np.isfinite(float(m["loss"])) and float(m["grad_norm"]) > 0
 
 
+def test_window_bounds_every_turn_s_prompt_at_50_actions():
+    """env.history = "window", keep_last 2: every turn's prompt is the head plus at most the
+    last two turns, whatever the episode's length. The bound, by hand: the head (the
+    first prompt), then per kept turn at most max_new_tokens generated ids and an
+    observation turn of at most observation_tokens plus its framing (the longest
+    observation turn of the full-history run, measured: the same observations)."""
+    limits = Limits(max_context_tokens=4096, observation_tokens=200, max_new_tokens=16)
+    prompts = []
+
+    class Recording(Context):
+        def prompt(self, head, turns):
+            out = super().prompt(head, turns)
+            prompts.append((len(turns), out))
+            return out
+
+    turns = _play(True, 50, "ipsum", 0, limits, Recording("window", 2))
+    assert len(turns) == 50 and turns[0].status == "ok" and turns[0].reward == 1.0
+    head = prompts[0][1]
+    obs_turn = 200 + 16  # an observation is cut to observation_tokens, plus framing
+    bound = len(head) + 2 * (limits.max_new_tokens + obs_turn)
+    assert max(len(p) for _, p in prompts) <= bound < 1024
+    # past the first turns the prompt stops growing: the same length at turns 20 and 49
+    # (pages 19-20 and 48-49 in view: as many digits, one token each)
+    lengths = {k: len(p) for k, p in prompts}
+    assert lengths[20] == lengths[49] and lengths[49] > lengths[0]
+    last = TOK.decode(turns[-1].tokens.tolist())
+    assert last.count("Page ") == 2 and "Page 48." in last and "Page 49." in last
+    assert "elided" not in last and "Page 47." not in last  # older turns are left out
+    for t in turns:  # each turn's sequence is the prompt the policy was given, then its action
+        gen = np.flatnonzero(t.loss_mask)
+        assert any(np.array_equal(t.tokens[: gen[0]], p) for _, p in prompts)
+    # the same episode under keep_last (stubs) grows with every turn
+    stubs = _play(True, 50, "ipsum", 0, limits, Context("keep_last", 2))
+    assert stubs[-1].length > 2 * max(t.length for t in turns)
+    with pytest.raises(ValueError, match="window"):
+        Context("window", 0)
+    with pytest.raises(ConfigError, match="keep_last = 0"):
+        from_dict({"rollout": {"trajectory": "per_turn"}, "learner": {"packing": True},
+                   "env": {"history": "window", "keep_last": 0}})  # fmt: skip
+
+
 def test_config_refuses_a_context_policy_on_whole_sequences():
     per_turn = {"trajectory": "per_turn"}
     with pytest.raises(ConfigError, match=r"env\.history"):
