@@ -10,6 +10,8 @@ network (nothing is downloaded: the models are Qwen2-shaped with random weights)
   parameters in float32 and compute in bfloat16, attention ``cudnn`` against
   ``blockwise`` and remat ``full``, ``dots_no_batch`` and ``none``: tokens/s, model FLOP/s and MFU
   (against the chip's bfloat16 dense peak), compile time and XLA's peak memory;
+- the dry run's estimate (``learner.training.dryrun``) against XLA's compiled peak for
+  the 7B config's step on one device at 8k and 32k tokens per row (``--only dryrun``);
 - ``learner.serving.engine`` (the compute behind ``learner.serve``) on the 0.5B shape in
   bfloat16: decode tokens/s at 1, 32 and 128 concurrent sequences, prefill tokens/s,
   and each shape's first call (compilation included).
@@ -282,6 +284,35 @@ def chip_peak(args) -> tuple[float, str]:
     return matmul_peak_flops(), f"measured bfloat16 matmul on {kind}"
 
 
+DRYRUN_CONFIG = REPO / "configs" / "qwen2.5-7b-8xh100.toml"
+
+
+def dryrun_case(length: int, smoke: bool) -> dict:
+    """The dry run's estimate against XLA's compiled peak on this device: the 7B config's
+    train step (``configs/qwen2.5-7b-8xh100.toml``) on one device at ``length`` tokens per
+    row, one row per micro-batch as on its 8-device mesh (the activations per device are
+    the same; the state is not sharded, so it is 8 times larger). Compiled on abstract
+    shapes: nothing is allocated. ``--smoke``: the tiny model."""
+    from learner.training.dryrun import budget, compiled_memory, estimate_total
+    from shared.config import load
+
+    sets = [f"learner.length_buckets=[{length}]", "mesh.num_devices=1", "mesh.fsdp=1",
+            "mesh.data=1", "learner.micro_batches=32"]  # fmt: skip
+    if smoke:
+        sets += ["learner.model=tiny", "learner.groups_per_step=1", "learner.micro_batches=8"]
+    cfg = load(DRYRUN_CONFIG, sets)
+    row = {"config": DRYRUN_CONFIG.name, "length": length, "devices": 1}
+    try:
+        c = compiled_memory(cfg, jax.devices()[:1])
+    except Exception as e:
+        return {**row, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+    backend = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    est = estimate_total(budget(cfg, 1, backend=backend))
+    return {**row, "peak_gib": round(c["peak"] / 2**30, 2), "peak_source": c["peak_source"],
+            "estimate_gib": round(est / 2**30, 2), "ratio": round(est / c["peak"], 3),
+            "layout": backend, "compile_s": round(c["compile_s"], 1)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting cases after")
@@ -289,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="timed train steps per case")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on any backend")
     ap.add_argument("--out", type=Path, help="also append every result line to this file")
+    ap.add_argument("--only", choices=("all", "dryrun"), default="all",
+                    help="dryrun: only the dry run's estimate against XLA's peak")  # fmt: skip
     args = ap.parse_args(argv)
     _LOG[:] = [args.out] if args.out else []
     t_start = time.monotonic()
@@ -303,8 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     def left() -> float:
         return args.budget_s - (time.monotonic() - t_start)
 
-    train, serve = [], []
+    train, serve, dryrun = [], [], []
     cases = train_cases(tuple(models), lengths)
+    if args.only == "dryrun":
+        cases = []
     if args.smoke:  # the code paths, not the matrix: the first cases only
         cases = cases[:SMOKE_CASES]
     for i, (name, length, attention, remat) in enumerate(cases):
@@ -323,13 +358,19 @@ def main(argv: list[str] | None = None) -> int:
             r = {**base, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
         train.append(r)
         emit(r)
-    if not serve:
+    if not serve and args.only == "all":
         serve = serve_cases(next(iter(models)), next(iter(models.values())), args.smoke)
+    for length in (128,) if args.smoke else (8192, 32_768):
+        if args.only == "all" and not args.smoke and left() < 60:
+            dryrun.append({"length": length, "skipped": "time budget"})
+            continue
+        dryrun.append(dryrun_case(length, args.smoke))
+        emit(dryrun[-1])
     emit({
         "bench": "gpu", "backend": jax.default_backend(), "device": device,
         "jax": jax.__version__, "flax": flax.__version__,
         "peak_tflops": round(peak / 1e12, 2), "peak_source": source, "smoke": args.smoke,
-        "train": train, "serve": serve, "elapsed_s": round(time.monotonic() - t_start, 1),
+        "train": train, "serve": serve, "dryrun": dryrun, "elapsed_s": round(time.monotonic() - t_start, 1),
         "budget_s": args.budget_s,
     })  # fmt: skip
     return 0

@@ -62,3 +62,5 @@ def test_the_smoke_run_measures_every_part_on_the_cpu():
     kinds = [(s["kind"], s["rows"]) for s in r["serve"]]
     assert kinds == [("decode", 1), ("decode", 4), ("prefill", 4)]
     assert all(s["tokens_per_s"] > 0 and s["first_call_s"] >= s["seconds"] for s in r["serve"])
+    (d,) = r["dryrun"]  # the dry run's estimate against XLA's peak, the tiny model here
+    assert d["peak_gib"] > 0 and 0.75 < d["ratio"] < 1.25 and d["layout"] == "cpu", d

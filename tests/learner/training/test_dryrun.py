@@ -195,6 +195,29 @@ def test_the_7b_estimate_is_within_a_quarter_of_the_compiled_peak(length):
     assert c["peak_gib"] <= 80, c  # one row of up to 32k tokens per device fits 8 x 80 GB
 
 
+# XLA:GPU's compiled peak of the 7B config's step on one H200 (peak_memory_in_bytes), one
+# row of L tokens per micro-batch as on its 8-device mesh, the state unsharded: `python
+# bench/gpu.py --only dryrun`, 2026-12-04 (jax 0.11.2 for CUDA 13). GiB.
+XLA_GPU_PEAK_7B_ONE_DEVICE = {8192: 141.21, 32768: 154.02}
+
+
+@pytest.mark.parametrize("length", sorted(XLA_GPU_PEAK_7B_ONE_DEVICE))
+def test_the_accelerator_estimate_is_within_a_quarter_of_xla_gpu_s_peak(length):
+    """The estimate as an accelerator lays the step out (the figure the dry run prints
+    first), against XLA:GPU's compiled peak of the same step measured on an H200; and the
+    part that grows with the length (activations and working set, 8k -> 32k) within a
+    quarter of XLA:GPU's growth too, so the state's size cannot hide an activation error."""
+    sets = [f"learner.length_buckets=[{length}]", "mesh.num_devices=1", "mesh.fsdp=1",
+            "mesh.data=1", "learner.micro_batches=32"]  # fmt: skip
+    est = dryrun.estimate_total(dryrun.budget(load(CONFIG, sets), 1, backend="gpu")) / 2**30
+    assert 0.75 < est / XLA_GPU_PEAK_7B_ONE_DEVICE[length] < 1.25, est
+    if length == 32768:
+        short = [x.replace("32768", "8192") for x in sets]
+        est_8k = dryrun.estimate_total(dryrun.budget(load(CONFIG, short), 1, "gpu")) / 2**30
+        xla = XLA_GPU_PEAK_7B_ONE_DEVICE[32768] - XLA_GPU_PEAK_7B_ONE_DEVICE[8192]
+        assert 0.75 < (est - est_8k) / xla < 1.25, (est - est_8k, xla)
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_the_qwen3_8b_config_compiles_and_fits_at_32k():
