@@ -1,7 +1,7 @@
 """The oracle on the long-horizon task families, in every mode, through the whole harness.
 
 For each family of ``rollout.tasks.long_horizon.FAMILIES`` (aggregation, constraint,
-join), N test tasks (fewer when the split has fewer: the families' subjects are
+join, walk), N test tasks (fewer when the split has fewer: most families' subjects are
 countries; ``--split all`` draws from every split) run as oracle episodes in api,
 playwright and som mode (real Chromium, the local web as a child process on
 loopback), ``--parallel`` at a time, with ``env.max_steps`` raised to fit the

@@ -73,6 +73,36 @@ def test_the_walk_family_is_long_at_the_median_with_300_test_tasks(local_web, lo
         assert t["evidence"][-1]["url"] == t["gold_path"][-1]["args"]["url"]
 
 
+@pytest.mark.slow
+def test_the_walk_config_shows_every_next_link_it_follows(local_web, long_tasks):
+    """configs/tiny-long.toml's observation budget holds, on every page a test walk leaves by
+    its "Next" link, the link itself: the api observation (its URL and title lines, then
+    the page as Markdown; a five-digit port) tokenized up to the link's end fits
+    inference.observation_tokens (else the policy could not copy the URL it must visit)."""
+    from rollout.env.observation import Observation, render
+    from rollout.env.reader import html_to_markdown
+    from shared.config import load
+    from shared.tokenizer import load_tokenizer
+
+    cfg = load(REPO / "configs" / "tiny-long.toml")
+    tok, budget = load_tokenizer(), cfg.inference.observation_tokens
+    base = "http://127.0.0.1:41465"
+    paths = {  # every page a walk leaves by its "Next" link (walks share many)
+        urldefrag(step["args"]["url"]).url.split("/", 3)[3]
+        for t in long_tasks
+        if t["template"] == "walk_city_airport" and t["id"].startswith("test-")
+        for step in t["gold_path"][1:-1]
+    }
+    worst = 0
+    for path in sorted(paths):
+        title, text = html_to_markdown(local_web.page("/" + path).html)
+        obs = render(Observation(text, url=f"{base}/{path}", title=title), 10**6)
+        link = re.search(r"\[Next: [^\]]+\]\([^)]+\)", obs)
+        assert link, path
+        worst = max(worst, len(tok.encode(obs[: link.end()])))
+    assert 0 < worst <= budget - 8, worst  # 8 tokens for the turn's framing
+
+
 def test_long_templates_are_drawn_only_when_named(local_web):
     default = generate(local_web, "test", 500, seed=0)
     assert not {t["template"] for t in default} & LONG_TEMPLATES
