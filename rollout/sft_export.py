@@ -15,7 +15,9 @@ as the model saw them. With ``--per-turn`` (for policies trained with
 up to that step's assistant turn, earlier assistant turns marked ``"weight": 0``
 (context, not targets: ``shared.chat.render_chat`` masks them), and with
 ``--keep-last K`` observations older than the last K replaced by the same
-one-line stub the rollout's ``env.history = "keep_last"`` shows. Trajectories with the same task id and action sequence
+one-line stub the rollout's ``env.history = "keep_last"`` shows (``--history window``:
+the turns older than the last K left out, as ``env.history = "window"`` does).
+Trajectories with the same task id and action sequence
 are written once (the first in path order). Training on evaluation tasks would
 leak them, so if any kept trajectory's task is from the dev or test split (the
 id's part before the first "-"), nothing is written and the exit status is 2.
@@ -77,9 +79,15 @@ def to_messages(record: EpisodeRecord) -> list[dict[str, str]]:
     return messages
 
 
-def to_turn_messages(record: EpisodeRecord, keep_last: int | None = None) -> list[list[dict]]:
+def to_turn_messages(
+    record: EpisodeRecord, keep_last: int | None = None, history: str = "keep_last"
+) -> list[list[dict]]:
     """One chat per step: the context that step's prompt held, then its assistant turn
-    (the only one trained on). ``keep_last``: observations older than the last K are stubs."""
+    (the only one trained on). ``keep_last``: observations older than the last K are stubs,
+    or with ``history = "window"`` the turns older than the last K are left out, as the
+    rollout's ``env.history`` of the same name builds each turn's prompt."""
+    if history not in ("keep_last", "window"):
+        raise ValueError(f"history must be 'keep_last' or 'window', not {history!r}")
     full = to_messages(record)
     head = 2 if record.system_prompt else 1
     chats = []
@@ -87,6 +95,8 @@ def to_turn_messages(record: EpisodeRecord, keep_last: int | None = None) -> lis
         chat = [dict(m) for m in full[:head]]
         keep_from = k - keep_last if keep_last is not None else 0
         for j, prev in enumerate(record.steps[:k]):
+            if j < keep_from and history == "window":
+                continue
             chat.append({"role": "assistant", "content": prev.raw, "weight": 0})
             obs = prev.observation
             if j < keep_from:
@@ -155,6 +165,7 @@ def export(
     *,
     per_turn: bool = False,
     keep_last: int | None = None,
+    history: str = "keep_last",
 ) -> ExportSummary:
     """Write the SFT file; :class:`HeldOutSplitError` (and no file) on dev/test tasks."""
     records, summary = select(iter_record_files(run_dir), min_reward, log)
@@ -169,7 +180,9 @@ def export(
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for record in records:
-            chats = to_turn_messages(record, keep_last) if per_turn else [to_messages(record)]
+            chats = (
+                to_turn_messages(record, keep_last, history) if per_turn else [to_messages(record)]
+            )
             for chat in chats:
                 line: dict[str, Any] = {"messages": chat}
                 fh.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -192,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-last", type=int, default=None, help="with --per-turn: observations kept verbatim"
     )
+    parser.add_argument(
+        "--history", choices=("keep_last", "window"), default="keep_last",
+        help="with --keep-last: older observations as stubs (keep_last), or older turns left "
+        "out (window), as the rollout's env.history",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not Path(args.run_dir).is_dir():
         print(f"sft_export: {args.run_dir}: not a directory", file=sys.stderr)
@@ -199,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = export(
             args.run_dir, args.out, args.min_reward, log=sys.stderr,
-            per_turn=args.per_turn, keep_last=args.keep_last,
+            per_turn=args.per_turn, keep_last=args.keep_last, history=args.history,
         )  # fmt: skip
     except HeldOutSplitError as e:
         print(f"sft_export: refused: {e}", file=sys.stderr)

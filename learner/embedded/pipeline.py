@@ -108,6 +108,10 @@ def warm_start(
         sys.executable, "-m", "rollout.sft_export", str(episodes), "--out", str(data),
         "--min-reward", str(cfg.sft.min_reward),
     ]  # fmt: skip
+    if cfg.rollout.trajectory == "per_turn":  # each turn an example, its prompt as GRPO's
+        cmd.append("--per-turn")
+        if cfg.env.history != "full":
+            cmd += ["--keep-last", str(cfg.env.keep_last), "--history", cfg.env.history]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"sft_export failed: {out.stderr[-2000:]}")

@@ -340,3 +340,32 @@ def test_sft_export_per_turn_trains_each_turn_once(tmp_path):
     _, full_mask = render_chat(TOK, to_messages(rec), **kw)
     assert sum(trained) == sum(full_mask)  # each assistant turn trained once, in its example
     assert "elided" in chats[2][3]["content"] and "Page 2." in chats[2][5]["content"]
+
+
+def test_sft_export_window_keeps_only_the_last_turns_as_the_rollout_does():
+    """``--history window --keep-last 1``: each step's example is the head, the one turn
+    before it (its action, weight 0, and its observation) and the step's action, so the
+    warm start learns from prompts shaped as GRPO's under env.history = "window"; and
+    the turn's prompt rendered from that chat is the one the rollout gave the policy."""
+    from rollout.sft_export import to_turn_messages
+
+    env = _env()
+    limits = Limits(max_context_tokens=4096, observation_tokens=48, max_new_tokens=16)
+    turns = asyncio.run(
+        run_episode_turns(env, _task(), TOK, group_id="g", sample_index=0, limits=limits,
+                          scripted=_policy(4, "ipsum"), context=Context("window", 1))
+    )  # fmt: skip
+    chats = to_turn_messages(env.record, keep_last=1, history="window")
+    assert len(chats) == len(turns) == 4
+    roles = [[m["role"] for m in c] for c in chats]
+    head = roles[0][:-1]  # system?, user
+    assert roles[0] == [*head, "assistant"]
+    assert all(r == [*head, "assistant", "tool", "assistant"] for r in roles[1:])
+    assert chats[3][-3]["content"] == "<search>q3</search>" and chats[3][-3]["weight"] == 0
+    assert "Page 3." in chats[3][-2]["content"] and "Page 2." not in str(chats[3])
+    for chat, t in zip(chats, turns, strict=True):  # the same prompt tokens as the rollout's
+        ids, _ = render_chat(TOK, chat, observation_tokens=48, max_context_tokens=4096)
+        gen = np.flatnonzero(t.loss_mask)
+        assert ids[: gen[0]] == t.tokens[: gen[0]].tolist()
+    with pytest.raises(ValueError, match="history"):
+        to_turn_messages(env.record, keep_last=1, history="everything")
