@@ -186,6 +186,7 @@ def export(
             for chat in chats:
                 line: dict[str, Any] = {"messages": chat}
                 fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                summary.counts["examples"] += 1
     os.replace(tmp, out)
     return summary
 
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sft_export: refused: {e}", file=sys.stderr)
         return 2
     print(
-        f"sft_export: {summary.line()}; wrote {summary.counts['kept']} to {args.out}",
+        f"sft_export: {summary.line()}; wrote {summary.counts['examples']} examples of "
+        f"{summary.counts['kept']} episodes to {args.out}",
         file=sys.stderr,
     )
     return 0

@@ -77,7 +77,7 @@ def test_keeps_successful_trajectories_once_as_chat_messages(run_dir, tmp_path):
         "scanned 8, kept 3, duplicate 1, below reward 1, not ok 1, unfinished 1, unreadable 1"
         in result.stderr
     )
-    assert f"wrote 3 to {out}" in result.stderr
+    assert f"wrote 3 examples of 3 episodes to {out}" in result.stderr
     chats = read_chats(out)
     # e1 (e2 dropped as its duplicate), e3, e8, in path order
     assert [c[1]["content"] for c in chats] == [
