@@ -81,7 +81,6 @@ async def run_episode(task, mode, web_url, cfg: RunConfig, pool, session, out, i
 
 async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
     from rollout.sidecar.episode import Limits
-    from rollout.sidecar.episode import run_episode as run_tokens
     from rollout.sidecar.inference import InferenceClient, Sampling
     from shared.tokenizer import load_tokenizer
 
@@ -92,12 +91,24 @@ async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
     )
     sampling = Sampling(inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tok.stop_ids)
     limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
-    t = await run_tokens(
-        env, task, tok, group_id="eval", sample_index=0, limits=limits, client=client,
-        sampling=sampling,
-    )  # fmt: skip
+    t = await play(env, task, tok, cfg, limits, client=client, sampling=sampling)
     ms = [s.ended * 1e3 - s.started * 1e3 for s in env.record.steps]
     return {"reward": t.reward, "steps": t.num_steps, "status": t.status, "ms": ms}
+
+
+async def play(env, task: dict, tok, cfg: RunConfig, limits, **kw):
+    """One episode played as training plays it: with ``rollout.trajectory = "per_turn"``
+    each turn's prompt under the run's context policy (``env.history``), else the whole
+    episode as one sequence; the episode's last trajectory (its reward, status and steps)."""
+    from rollout.sidecar.episode import Context, run_episode, run_episode_turns
+
+    if cfg.rollout.trajectory == "per_turn":
+        context = Context(cfg.env.history, cfg.env.keep_last)
+        turns = await run_episode_turns(
+            env, task, tok, group_id="eval", sample_index=0, limits=limits, context=context, **kw
+        )
+        return turns[-1]
+    return await run_episode(env, task, tok, group_id="eval", sample_index=0, limits=limits, **kw)
 
 
 def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[dict]:

@@ -369,3 +369,20 @@ def test_sft_export_window_keeps_only_the_last_turns_as_the_rollout_does():
         assert ids[: gen[0]] == t.tokens[: gen[0]].tolist()
     with pytest.raises(ValueError, match="history"):
         to_turn_messages(env.record, keep_last=1, history="everything")
+
+
+def test_evaluation_plays_a_per_turn_run_under_its_context_policy():
+    """rollout.eval plays the model as training does: a per-turn run with a bounded
+    history finishes a 40-step episode in a window that one sequence overflows (which
+    would score every long test episode as truncated)."""
+    from rollout.eval import play
+
+    limits = Limits(max_context_tokens=1024, observation_tokens=200, max_new_tokens=16)
+    per_turn = from_dict({"rollout": {"trajectory": "per_turn"}, "learner": {"packing": True},
+                          "env": {"history": "window", "keep_last": 1}})  # fmt: skip
+    t = asyncio.run(play(_env(), _task(), TOK, per_turn, limits, scripted=_policy(40, "ipsum")))
+    assert (t.status, t.num_steps, t.reward) == ("ok", 40, 1.0)
+    assert t.length <= limits.max_context_tokens
+    whole = from_dict({})
+    t = asyncio.run(play(_env(), _task(), TOK, whole, limits, scripted=_policy(40, "ipsum")))
+    assert t.status == "truncated" and t.num_steps < 40 and t.reward < 1.0
