@@ -18,6 +18,16 @@ The projection must keep ``--headroom`` (25 %) of ``--max-minutes``: <= 30 minut
 
     python bench/learning.py [--seed 0] [--config configs/tiny.toml] [--set k=v ...]
 
+For RL at research length (``configs/tiny-long.toml``) the checks the issue of that
+run asks for: ``--metric greedy`` checks the gain in greedy success (its two intervals
+apart) instead of the T=1 one, ``--control`` runs the same-time SFT control and checks
+that the trained policy is above it (greedy, intervals apart), ``--min-median-steps``
+checks that the trained policy's successful greedy test episodes keep at least that
+many actions at the median (no shortcut), ``--headroom 0`` leaves the projection out:
+
+    python bench/learning.py --config configs/tiny-long.toml --metric greedy --min-gain 10 \
+        --control --min-median-steps 10 --max-minutes 90 --headroom 0
+
 Final line: {"bench": "learning", "seed", "mode", "n_test", "sft_success",
 "sft_ci95", "grpo_success", "grpo_ci95", "gain_points", "sft_greedy_success",
 "grpo_greedy_success", "wall_minutes", "phase_minutes", "process_minutes",
@@ -53,7 +63,11 @@ def main() -> int:
         "--reference-gflops", type=float, default=150.0,
         help="matmul peak of the slowest machine the run must fit (GFLOP/s)",
     )  # fmt: skip
-    ap.add_argument("--headroom", type=float, default=0.25, help="of --max-minutes")
+    ap.add_argument("--headroom", type=float, default=0.25, help="of --max-minutes; 0: no check")
+    ap.add_argument("--metric", choices=("t1", "greedy"), default="t1", help="the gain checked")
+    ap.add_argument("--control", action="store_true", help="run and beat the SFT control")
+    ap.add_argument("--min-median-steps", type=float, default=0.0,
+                    help="least median actions of the trained policy's successful episodes")  # fmt: skip
     args = ap.parse_args()
     peak = matmul_peak_gflops()  # before the run: nothing else on the cores
     name = f"bench-learning-seed{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -64,6 +78,8 @@ def main() -> int:
     cmd = [sys.executable, "-m", "learner.train"]
     if args.config:
         cmd += ["--config", args.config]
+    if args.control:
+        cmd.append("--control")
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
@@ -82,12 +98,9 @@ def main() -> int:
     )  # fmt: skip
     # on a slower machine than the reference, its own minutes are the projection
     projected = minutes * max(1.0, peak / args.reference_gflops)
-    checks = {
-        "gain_at_least_min": summary["gain_points"] >= args.min_gain,
-        "cis_apart": summary["grpo_ci95"][0] > summary["sft_ci95"][1],
-        "within_max_minutes": minutes <= args.max_minutes,
-        "projected_within_headroom": projected <= args.max_minutes * (1 - args.headroom),
-    }
+    checks = learning_checks(summary, args, minutes, projected)
+    keys += ("control_success", "control_greedy_success", "control_greedy_ci95",
+             "median_steps", "median_steps_success")  # fmt: skip
     out = {"bench": "learning", "seed": args.seed, **{k: summary.get(k) for k in keys}}
     out |= {
         "process_minutes": round(minutes, 2),
@@ -99,6 +112,31 @@ def main() -> int:
     out |= {"checks": checks, "ok": all(checks.values())}
     print(json.dumps(out))
     return 0 if out["ok"] else 1
+
+
+def learning_checks(summary: dict, args, minutes: float, projected: float) -> dict[str, bool]:
+    """The checks of a run's ``summary.json`` (see the module's docstring)."""
+    if args.metric == "greedy":
+        after, before = summary["grpo_greedy_ci95"], summary["sft_greedy_ci95"]
+        gain = 100 * (summary["grpo_greedy_success"] - summary["sft_greedy_success"])
+    else:
+        after, before, gain = summary["grpo_ci95"], summary["sft_ci95"], summary["gain_points"]
+    checks = {
+        "gain_at_least_min": gain >= args.min_gain,
+        "cis_apart": after[0] > before[1],
+        "within_max_minutes": minutes <= args.max_minutes,
+    }
+    if args.headroom > 0:
+        checks["projected_within_headroom"] = projected <= args.max_minutes * (1 - args.headroom)
+    if args.control:
+        control = summary.get("control_greedy_ci95")
+        checks["above_control"] = (
+            control is not None and summary["grpo_greedy_ci95"][0] > control[1]
+        )
+    if args.min_median_steps:
+        median = summary.get("median_steps_success", {}).get("after_greedy", 0.0)
+        checks["median_steps_of_successes"] = median >= args.min_median_steps
+    return checks
 
 
 if __name__ == "__main__":
