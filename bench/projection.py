@@ -53,6 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.gpu import step_flops as gpu_step_flops  # noqa: E402
 from learner.training.dryrun import budget, estimate_total, model_config  # noqa: E402
 from shared.config import load  # noqa: E402
 
@@ -112,13 +113,11 @@ def trajectory_tokens(context: int, actions: int, generated: int, observation: i
     return {"tokens": kept, "generated": gen, "prefill": kept - gen, "cut": whole > context}
 
 
-def step_flops(params: float, layers: int, heads: int, head_dim: int, rows: int, length: int,
-               reference: bool) -> float:  # fmt: skip
-    """Model FLOPs of one GRPO step over ``rows`` rows of ``length`` tokens: forward and
-    backward (6 x params per token) plus causal attention (6 x layers x T^2 x heads x
-    head_dim per row, half of the full square, times the 12 of forward and backward), and
-    the reference model's forward (a third of that) when there is a KL term."""
-    train = rows * (6 * params * length + 6 * layers * length**2 * heads * head_dim)
+def step_flops(mc, params: float, rows: int, length: int, reference: bool) -> float:
+    """Model FLOPs of one GRPO step over ``rows`` rows of ``length`` tokens, as
+    ``bench/gpu.py`` counts them (6 x params per token plus causal attention), and the
+    reference model's forward (a third of that) when there is a KL term."""
+    train = gpu_step_flops(mc, params, rows, length, float(rows * length))
     return train * (4 / 3 if reference else 1)
 
 
@@ -164,8 +163,7 @@ def project(args) -> dict:
     inference = t * (traj["generated"] / decode_tps + traj["prefill"] / prefill_tps) / g
     per_gpu = t / g  # sequences decoding at once on one GPU
     chain = a * (gen * per_gpu / decode_tps + ro["step_latency_s"])
-    flops = step_flops(params, mc.num_layers, mc.num_heads, mc.head_dim, t, traj["tokens"],
-                       cfg.learner.kl_coef > 0)  # fmt: skip
+    flops = step_flops(mc, params, t, traj["tokens"], cfg.learner.kl_coef > 0)
     learner = flops / (8 * H100_BF16 * mfu)
     sync = 2 * params / (LINK_GB_S * 1e9) + RELOAD_S
     phases = {

@@ -97,18 +97,13 @@ async def _model_episode(env, task: dict, cfg: RunConfig, session) -> dict:
 
 
 async def play(env, task: dict, tok, cfg: RunConfig, limits, **kw):
-    """One episode played as training plays it: with ``rollout.trajectory = "per_turn"``
-    each turn's prompt under the run's context policy (``env.history``), else the whole
-    episode as one sequence; the episode's last trajectory (its reward, status and steps)."""
-    from rollout.sidecar.episode import Context, run_episode, run_episode_turns
+    """One episode played as training plays it (per turn under ``env.history``, or as one
+    sequence: :func:`rollout.sidecar.episode.play_episode`); its last trajectory (the
+    episode's reward, status and steps)."""
+    from rollout.sidecar.episode import play_episode
 
-    if cfg.rollout.trajectory == "per_turn":
-        context = Context(cfg.env.history, cfg.env.keep_last)
-        turns = await run_episode_turns(
-            env, task, tok, group_id="eval", sample_index=0, limits=limits, context=context, **kw
-        )
-        return turns[-1]
-    return await run_episode(env, task, tok, group_id="eval", sample_index=0, limits=limits, **kw)
+    kw.update(group_id="eval", sample_index=0, limits=limits)
+    return (await play_episode(env, task, tok, cfg, **kw))[-1]
 
 
 def load_tasks(cfg: RunConfig, args: argparse.Namespace, web_url: str) -> list[dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,8 +33,9 @@ def test_trajectory_tokens_and_step_flops_by_hand():
     }  # fmt: skip
     # 2 rows of 8 tokens, 1,000 parameters, 2 layers of 4 heads of 16: 2 x (6 x 1,000 x 8 +
     # 6 x 2 x 64 x 4 x 16) = 96,000 + 98,304; with a reference forward, 4/3 of that
-    assert bench.step_flops(1000, 2, 4, 16, rows=2, length=8, reference=False) == 194_304
-    assert bench.step_flops(1000, 2, 4, 16, rows=2, length=8, reference=True) == pytest.approx(
+    mc = SimpleNamespace(num_layers=2, num_heads=4, head_dim=16)
+    assert bench.step_flops(mc, 1000, rows=2, length=8, reference=False) == 194_304
+    assert bench.step_flops(mc, 1000, rows=2, length=8, reference=True) == pytest.approx(
         194_304 * 4 / 3
     )
 

@@ -30,7 +30,7 @@ import aiohttp
 from rollout.agent.policies import scripted_oracle
 from rollout.env import episode_lease, make_env
 from rollout.sidecar.buffer import TrajectoryBuffer
-from rollout.sidecar.episode import Context, Limits, run_episode, run_episode_turns
+from rollout.sidecar.episode import Limits, play_episode
 from rollout.sidecar.inference import InferenceClient, Sampling
 from rollout.verifiers import verifier_config
 from shared.config import RunConfig
@@ -97,7 +97,6 @@ class RolloutEngine:
         self.errors: deque[str] = deque(maxlen=20)
         inf = cfg.inference
         self.limits = Limits(inf.max_context_tokens, inf.observation_tokens, inf.max_new_tokens)
-        self.context = Context(cfg.env.history, cfg.env.keep_last)
         self.verifier = verifier_config(cfg.reward)  # the outcome's defaults, [reward]'s process
         self.sampling = Sampling(
             inf.temperature, inf.top_p, inf.top_k, inf.max_new_tokens, tokenizer.stop_ids
@@ -164,12 +163,7 @@ class RolloutEngine:
                         group_id=group_id, sample_index=i, limits=self.limits,
                         client=self.client, sampling=self.sampling, scripted=scripted,
                     )  # fmt: skip
-                    if self.cfg.rollout.trajectory == "per_turn":
-                        trajs = await run_episode_turns(
-                            env, task, self.tok, context=self.context, **kw
-                        )
-                    else:
-                        trajs = [await run_episode(env, task, self.tok, **kw)]
+                    trajs = await play_episode(env, task, self.tok, self.cfg, **kw)
                     traj = trajs[0]
                     if traj.num_steps:
                         self.stats.observe_steps((time.monotonic() - t0) * 1e3 / traj.num_steps)

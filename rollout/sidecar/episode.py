@@ -231,6 +231,16 @@ async def _play(env, task, tok, limits, context, client, sampling, scripted) -> 
     return _Played(seq, out, status, reward, breakdown, times)
 
 
+async def play_episode(env: Environment, task: dict, tok: Tokenizer, cfg, **kw) -> list[Trajectory]:
+    """The episode's sequences as the run config ``cfg`` asks: one per turn under its
+    context policy (``rollout.trajectory = "per_turn"``, ``env.history``), or one for the
+    whole episode. ``kw``: :func:`run_episode`'s."""
+    if cfg.rollout.trajectory == "per_turn":
+        context = Context(cfg.env.history, cfg.env.keep_last)
+        return await run_episode_turns(env, task, tok, context=context, **kw)
+    return [await run_episode(env, task, tok, **kw)]
+
+
 def _trajectory(p: _Played, seq: Sequence, turn, env, task, group_id, sample_index) -> Trajectory:
     return Trajectory(
         task_id=task["id"],

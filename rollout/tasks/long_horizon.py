@@ -28,6 +28,7 @@ The members' area is not used: its login is a form POST, which api mode cannot s
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections import Counter
@@ -395,7 +396,8 @@ def walk_city_airport(lw: LocalWeb) -> Iterator[Candidate]:
         airports = [k for k, i in enumerate(ids) if w.cities[i].airports]
         for k, i in enumerate(ids):
             x = w.cities[i]
-            end = next((j for j in airports if j > k), None)
+            after = bisect.bisect_right(airports, k)  # the first city past k with an airport
+            end = airports[after] if after < len(airports) else None
             if end is None or not lo <= end - k <= hi:
                 continue
             y, z = w.cities[ids[k + 1]], w.cities[ids[end]]
