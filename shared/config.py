@@ -200,6 +200,20 @@ class EnvConfig:
         gt=0,
     )
     screenshots: bool = option(False, "Attach a screenshot to som observations.")
+    screenshot_format: Literal["png", "jpeg", "webp"] = option(
+        "png",
+        "How screenshots are encoded (som observations and the `screenshot` action). `png` "
+        "is lossless and the smallest for pages of text; `jpeg` is smaller for photographs; "
+        "`webp` is the smallest and the slowest to encode.",
+    )
+    screenshot_quality: int = option(
+        80, "Quality of a `jpeg` or `webp` screenshot (1-100); png ignores it.", ge=1, le=100
+    )
+    screenshot_fast: bool = option(
+        True,
+        "Encode screenshots for speed (Chromium's optimizeForSpeed: a faster PNG "
+        "compression, ~25% larger files) rather than for size.",
+    )
     observation: Literal["text", "axtree"] = option(
         "text",
         "What browser observations show: `text`, the page's text as rendered with the "

@@ -30,7 +30,7 @@ import aiohttp
 from rollout.agent.actions import API_INTRO, BUILTIN_ACTIONS
 from rollout.agent.policies import oracle_factory
 from rollout.env.core import Environment, EpisodeLimits, InfraError, StepResult, ToolError
-from rollout.env.observation import Observation, render
+from rollout.env.observation import Observation, ScreenshotOptions, render
 from rollout.env.pool import DEFAULT_ARGS, BrowserPool, Lease, PoolConfig
 from rollout.net.core import Net, RobotsRefused, net_for, policy_for
 from rollout.net.egress import EgressProxy, GateRefused
@@ -124,6 +124,9 @@ def _browser_options(env: EnvConfig) -> dict:
         action_timeout_s=env.action_timeout_s,
         observation_chars=env.observation_chars,
         observation=env.observation,
+        screenshot=ScreenshotOptions(
+            env.screenshot_format, env.screenshot_quality, env.screenshot_fast
+        ),
     )
 
 

@@ -15,6 +15,7 @@ an infrastructure error.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -40,11 +41,13 @@ from rollout.agent.actions import (
     SomType,
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
-from rollout.env.observation import Observation
+from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
     LABEL_CALL_JS,
+    LABEL_CALL_OVERLAY_JS,
     LABEL_JSON_JS,
+    LABEL_JSON_OVERLAY_JS,
     LABELLER_INIT_JS,
     LISTENER_INIT_JS,
     OVERLAY_JS,
@@ -53,6 +56,7 @@ from rollout.env.som_js import (
 from rollout.net.egress import NO_UPSTREAM_HEADER, REFUSED_HEADER
 from rollout.net.urls import UrlPolicy, is_allowed
 
+PNG_FAST = ScreenshotOptions()  # the default: env.screenshot_* as declared
 SETTLE_S = 0.5  # after an action, wait at most this long for the page's own requests
 NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
 # an observation's page_text (the whole page, for the citation verifier) stops here
@@ -79,8 +83,11 @@ class PlaywrightBackend:
         action_timeout_s: float = 10.0,
         observation_chars: int = 4000,
         observation: str = "text",
+        screenshot: ScreenshotOptions = PNG_FAST,
     ):
         self.lease, self.policy = lease, policy
+        self.shot_options = screenshot
+        self._cdp = None  # (page, CDP session): the screenshots' channel to the current page
         self.action_timeout_s = action_timeout_s
         self.timeout_ms = max(1000, int(action_timeout_s * 1000) - 500)
         self.observation_chars, self.observation = observation_chars, observation
@@ -275,10 +282,24 @@ class PlaywrightBackend:
                     raise ToolError(f"no element matches {sel!r}")
                 self._extracted = "\n".join(texts)
             case Screenshot():
-                return await page.screenshot(type="png")
+                return await self._capture()
             case _:
                 raise ToolError(f"{action.name} is not available in {self.mode} mode")
         return None
+
+    async def _capture(self) -> bytes:
+        """The viewport as the compositor draws it, encoded as env.screenshot_* say, by
+        Chromium's Page.captureScreenshot on a CDP session of the page's own.
+        ``page.screenshot`` costs more per shot (it waits for web fonts and restyles every
+        frame to hide the caret, round trips each) for nothing a policy would see."""
+        page, o = self.page, self.shot_options
+        if self._cdp is None or self._cdp[0] is not page:
+            self._cdp = (page, await self.lease.context.new_cdp_session(page))
+        params: dict = {"format": o.format, "optimizeForSpeed": o.fast}
+        if o.format != "png":
+            params["quality"] = o.quality
+        shot = await self._cdp[1].send("Page.captureScreenshot", params)
+        return base64.b64decode(shot["data"])
 
     async def _goto(self, page: Page, url: str) -> None:
         """``page.goto``, surviving the error page of an earlier failed load (a redirect
@@ -374,7 +395,7 @@ class PlaywrightBackend:
         if waited:  # the page's handlers for what arrived run before it is read
             await self.page.evaluate(_FRAMES_JS)
 
-    async def _label(self, marks: bool) -> dict:
+    async def _label(self, marks: bool, overlay: bool = False) -> dict:
         """The labeller's pass: the text from where the view starts, within the budget."""
         opts = {
             "marks": marks,
@@ -382,7 +403,7 @@ class PlaywrightBackend:
             "maxChars": self.observation_chars,
             "maxLabels": 0,
         }
-        return await run_labeller(self.page, opts)
+        return await run_labeller(self.page, opts, overlay)
 
     async def _page_text(self, view: dict | None) -> str:
         """The whole page's text, as the labeller writes it without numbers (what the
@@ -490,10 +511,11 @@ class SomBackend(PlaywrightBackend):
         screenshots: bool = False,
         observation_chars: int = 4000,
         observation: str = "text",
+        screenshot: ScreenshotOptions = PNG_FAST,
     ):
         super().__init__(
             lease, policy, action_timeout_s=action_timeout_s,
-            observation_chars=observation_chars, observation=observation,
+            observation_chars=observation_chars, observation=observation, screenshot=screenshot,
         )  # fmt: skip
         self.screenshots = screenshots
         self.last_screenshot: bytes | None = None  # the latest marked view, for the dashboard
@@ -526,6 +548,16 @@ class SomBackend(PlaywrightBackend):
                 raise ToolError(f"{action.name} is not available in som mode")
         return None
 
+    async def _marked_shot(self) -> bytes:
+        """A screenshot with the last pass's marks drawn (OVERLAY_JS), then removed."""
+        await self.page.evaluate(OVERLAY_JS)
+        try:
+            shot = await self._capture()
+        finally:
+            await self.page.evaluate(REMOVE_OVERLAY_JS)
+        self.last_screenshot = shot
+        return shot
+
     async def _marked(self, n: int):
         """The element numbered ``n`` in the last observation. A number that observation
         did not show is refused: numbers always mean what the agent saw."""
@@ -539,26 +571,33 @@ class SomBackend(PlaywrightBackend):
 
     async def _observe(self) -> Observation:
         page = self.page
-        try:
-            view = await self._label(marks=True)
+        shoot = self.screenshots and self.observation != "axtree"
+        try:  # with screenshots on, the same call draws the marks (OVERLAY_JS)
+            view = await self._label(marks=True, overlay=shoot)
         except PlaywrightError:
             self.shown = frozenset()
             raise
-        page_text = await self._page_text(None)  # a text-only pass keeps the numbers
+        shot = None
+        if shoot:  # the capture overlaps the text pass: the compositor draws, the page reads
+            done = await asyncio.gather(
+                self._capture(), self._page_text(None), return_exceptions=True
+            )
+            await page.evaluate(REMOVE_OVERLAY_JS)
+            for r in done:
+                if isinstance(r, BaseException):
+                    raise r
+            shot, page_text = done
+            self.last_screenshot = shot
+        else:
+            page_text = await self._page_text(None)  # a text-only pass keeps the numbers
         elements = tuple(view["elements"])
         self.shown = frozenset(e["id"] for e in elements)
         text = _with_more(view)
         if self.observation == "axtree":
             listed = "\n".join(_element_line(e) for e in elements)
             text = await self._axtree() + ("\n\nNumbered elements:\n" + listed if listed else "")
-        shot = None
-        if self.screenshots:
-            await page.evaluate(OVERLAY_JS)  # draws the last pass's elements: nothing to send
-            try:
-                shot = await page.screenshot(type="png")
-            finally:
-                await page.evaluate(REMOVE_OVERLAY_JS)
-            self.last_screenshot = shot
+        if self.screenshots and not shoot:  # the axtree pass moved nothing: draw, then shoot
+            shot = await self._marked_shot()
         title = view["title"]
         return Observation(
             text, url=page.url, title=title, summary=_summary(page.url, title),
@@ -566,12 +605,13 @@ class SomBackend(PlaywrightBackend):
         )  # fmt: skip
 
 
-async def run_labeller(page: Page, opts: dict) -> dict:
+async def run_labeller(page: Page, opts: dict, overlay: bool = False) -> dict:
     """The labeller's result for ``opts`` (see ``som_js``): the copy installed in the
-    document by ``LABELLER_INIT_JS``, or the whole labeller where there is none."""
-    raw = await page.evaluate(LABEL_CALL_JS, opts)
+    document by ``LABELLER_INIT_JS``, or the whole labeller where there is none. With
+    ``overlay`` the same call then draws the marks of the elements in view (OVERLAY_JS)."""
+    raw = await page.evaluate(LABEL_CALL_OVERLAY_JS if overlay else LABEL_CALL_JS, opts)
     if raw is None:
-        raw = await page.evaluate(LABEL_JSON_JS, opts)
+        raw = await page.evaluate(LABEL_JSON_OVERLAY_JS if overlay else LABEL_JSON_JS, opts)
     return json.loads(raw)
 
 

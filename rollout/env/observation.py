@@ -17,11 +17,32 @@ class Observation:
     error: str | None = None  # what went wrong with the last action, in words for the agent
     note: str = ""  # a remark from the parser (e.g. that further actions were ignored)
     summary: str = ""  # one line for the progress log
-    screenshot: bytes | None = None  # PNG, when the action took one (or som screenshots are on)
+    screenshot: bytes | None = None  # an image (env.screenshot_format), when one was taken
     page_text: str | None = None  # the full page text the observation was cut from
     # som: the numbered elements as data for tools and the dashboard (id, role, name,
     # value, states, tag, and the box x/y/w/h in viewport pixels)
     elements: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScreenshotOptions:
+    """How a browser backend encodes its screenshots (env.screenshot_*)."""
+
+    format: str = "png"  # png | jpeg | webp
+    quality: int = 80  # jpeg and webp
+    fast: bool = True  # Chromium's optimizeForSpeed
+
+
+_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8\xff", "jpeg"), (b"RIFF", "webp"))
+
+
+def image_type(data: bytes) -> str:
+    """``png``, ``jpeg`` or ``webp``, from an image's first bytes (what a screenshot is
+    depends on env.screenshot_format); ``png`` for anything else."""
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            return kind
+    return "png"
 
 
 def truncate(text: str, budget: int) -> str:
@@ -46,7 +67,8 @@ def render(obs: Observation, budget: int) -> str:
     if obs.note:
         lines.append(f"Note: {obs.note}")
     if obs.screenshot is not None:
-        lines.append(f"[screenshot: {len(obs.screenshot)} bytes PNG]")
+        kind = image_type(obs.screenshot).upper()
+        lines.append(f"[screenshot: {len(obs.screenshot)} bytes {kind}]")
     if obs.text:
         if lines:
             lines.append("")

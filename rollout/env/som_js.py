@@ -1137,3 +1137,16 @@ LABELLER_INIT_JS = (
 LABEL_CALL_JS = "(o) => { const f = window[Symbol.for('som.label')]; return f ? f(o) : null; }"
 # the same sent whole, for such a document
 LABEL_JSON_JS = "(o) => JSON.stringify((" + LABEL_JS.strip() + ")(o))"
+# either, then the marks of the elements in view drawn for a screenshot, in one call
+LABEL_CALL_OVERLAY_JS = (
+    "(o) => { const f = window[Symbol.for('som.label')]; if (!f) return null; const r = f(o); ("
+    + OVERLAY_JS.strip()
+    + ")(); return r; }"
+)
+LABEL_JSON_OVERLAY_JS = (
+    "(o) => { const r = JSON.stringify(("
+    + LABEL_JS.strip()
+    + ")(o)); ("
+    + OVERLAY_JS.strip()
+    + ")(); return r; }"
+)

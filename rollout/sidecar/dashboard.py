@@ -40,6 +40,7 @@ from importlib import resources
 
 from aiohttp import web
 
+from rollout.env.observation import image_type
 from rollout.sidecar.engine import EngineStats, RolloutEngine
 
 SAMPLE_EVERY_S = 2.0
@@ -211,7 +212,7 @@ async def screenshot(request: web.Request) -> web.Response:
     shot = _find(request)["screenshot"]
     if not shot:
         raise web.HTTPNotFound(text="this episode has no marked screenshot")
-    return web.Response(body=shot, content_type="image/png")
+    return web.Response(body=shot, content_type=f"image/{image_type(shot)}")
 
 
 async def step_screenshot(request: web.Request) -> web.Response:
@@ -222,7 +223,7 @@ async def step_screenshot(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text="the step is a number") from None
     if not shot:
         raise web.HTTPNotFound(text="no screenshot of this step is kept")
-    return web.Response(body=shot, content_type="image/png")
+    return web.Response(body=shot, content_type=f"image/{image_type(shot)}")
 
 
 async def summary(request: web.Request) -> web.Response:

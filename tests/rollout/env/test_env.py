@@ -265,12 +265,26 @@ async def test_budget_truncates_and_answers_terminate(web_url):
         await env.close()
 
 
+MARK_RGB = (0xE0, 0x11, 0x5F)  # the colour OVERLAY_JS draws the marks in
+
+
+def mark_pixels(image: bytes) -> int:
+    """How many pixels of an image are (within JPEG's error of) the marks' colour."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    px = np.asarray(Image.open(io.BytesIO(image)).convert("RGB"), dtype=np.int16)
+    return int((np.abs(px - np.array(MARK_RGB)) <= 24).all(axis=-1).sum())
+
+
 async def test_screenshots_are_pngs_and_som_draws_its_marks(pool, web_url):
     env, cm = await browser_env(pool, "playwright", web_url, start="/geo/country/FR")
     try:
         r = await env.step("screenshot()")
         assert r.observation.screenshot[:8] == b"\x89PNG\r\n\x1a\n"
-        assert "[screenshot:" in r.text and "The capital of France is Paris." in r.text
+        assert "bytes PNG]" in r.text and "The capital of France is Paris." in r.text
     finally:
         await close(env, cm)
     marked = config(screenshots=True)
@@ -281,11 +295,48 @@ async def test_screenshots_are_pngs_and_som_draws_its_marks(pool, web_url):
         shot = som_env.first.screenshot
         assert shot is not None and shot[:4] == b"\x89PNG"
         # The marks are drawn for the picture only: the page itself is left unchanged.
-        overlay = await som_env.backend.page.evaluate("!!document.getElementById('__som_overlay')")
+        page = som_env.backend.page
+        overlay = await page.evaluate("!!document.getElementById('__som_overlay')")
         assert overlay is False
+        # ... and they are in the picture: a box and a number tag per element in view
+        n_marks = sum(1 for e in som_env.first.elements if 0 <= e["y"] < 720)
+        assert n_marks >= 5
+        assert mark_pixels(shot) > 100 * n_marks
+        assert mark_pixels(await page.screenshot()) == 0
     finally:
         await close(plain_env, pcm)
         await close(som_env, scm)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "magic"), [("jpeg", b"\xff\xd8\xff"), ("webp", b"RIFF"), ("png", b"\x89PNG")]
+)
+async def test_screenshots_come_in_the_configured_format(pool, web_url, fmt, magic):
+    cfg = config(screenshots=True, screenshot_format=fmt, screenshot_quality=60,
+                 screenshot_fast=fmt == "png")  # fmt: skip
+    env, cm = await browser_env(pool, "som", web_url, cfg=cfg, start="/geo/country/FR")
+    try:
+        shot = env.first.screenshot
+        assert shot[: len(magic)] == magic and mark_pixels(shot) > 500
+        r = await env.step('scroll("down")')
+        assert r.observation.screenshot[: len(magic)] == magic
+        assert f"bytes {fmt.upper()}]" in r.text
+    finally:
+        await close(env, cm)
+    pw, pcm = await browser_env(pool, "playwright", web_url, cfg=cfg, start="/geo/country/FR")
+    try:  # the screenshot action too
+        assert (await pw.step("screenshot()")).observation.screenshot[: len(magic)] == magic
+    finally:
+        await close(pw, pcm)
+
+
+def test_an_image_s_type_is_read_from_its_first_bytes():
+    from rollout.env.observation import image_type
+
+    assert image_type(b"\x89PNG\r\n\x1a\n...") == "png"
+    assert image_type(b"\xff\xd8\xff\xe0...") == "jpeg"
+    assert image_type(b"RIFF\x00\x00\x00\x00WEBPVP8 ") == "webp"
+    assert image_type(b"") == "png"
 
 
 def test_api_mode_shows_where_a_script_loads_a_panel_from():
