@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                      "and a test evaluation (learner.test_tasks > 0)")  # fmt: skip
     setup_logging(cfg)
     if args.dry_run:
-        if args.compile:
-            _simulate_cpu_devices(cfg.mesh.num_devices)
+        if args.compile:  # each process's share of the devices (learner.training.dryrun)
+            _simulate_cpu_devices(cfg.mesh.num_devices // cfg.mesh.num_processes)
         from learner.training.dryrun import main as dry_run
 
         argv = list(sys.argv[1:] if argv is None else argv)

@@ -61,6 +61,11 @@ lowered on abstract, sharded shapes for the configured mesh (simulated CPU
 devices when fewer are present: ``jax_num_cpu_devices``, set by
 ``learner.train`` before the backend starts, or a re-run of the command with
 ``XLA_FLAGS=--xla_force_host_platform_device_count``) and compiled;
+With ``mesh.num_processes`` > 1 the step is compiled as a multi-node run compiles it:
+joined by ``jax.distributed`` (``learner.training.distributed``: the config's coordinator,
+the environment's or SLURM's), or, with none, as that many processes started here on
+loopback, each with its share of ``mesh.num_devices`` simulated devices (gloo collectives);
+process 0 prints the report.
 ``memory_analysis()`` gives XLA's per-device argument, output, temporary and
 aliased bytes, and then the compiled peak decides whether the run fits.
 ``--max-length`` searches the longest row (a multiple of ``LENGTH_STEP``, up to
@@ -107,6 +112,12 @@ PRESETS = {
     ),
     "qwen2.5-14b": dict(
         vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_layers=48,
+        num_heads=40, num_kv_heads=8, head_dim=128, model_type="qwen2",
+        max_position_embeddings=32768, rope_theta=1_000_000.0, qkv_bias=True,
+        tie_word_embeddings=False, eos_token_ids=(151645, 151643), pad_token_id=151643,
+    ),
+    "qwen2.5-32b": dict(
+        vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_layers=64,
         num_heads=40, num_kv_heads=8, head_dim=128, model_type="qwen2",
         max_position_embeddings=32768, rope_theta=1_000_000.0, qkv_bias=True,
         tie_word_embeddings=False, eos_token_ids=(151645, 151643), pad_token_id=151643,
@@ -312,6 +323,56 @@ def rerun_with_devices(n: int, argv: list[str]) -> int:
     return relay([sys.executable, "-m", "learner.train", *argv], env)
 
 
+def rerun_as_processes(cfg: RunConfig, argv: list[str]) -> int:
+    """``python -m learner.train *argv`` as ``mesh.num_processes`` processes on this machine,
+    joined by ``jax.distributed`` through a coordinator on loopback, each with its share
+    of ``mesh.num_devices`` simulated CPU devices (cross-process collectives: gloo): the
+    multi-node step compiled as each node compiles it. Process 0's output is relayed;
+    the others' goes to stderr. The exit status is the worst of theirs."""
+    m = cfg.mesh
+    if os.environ.get(CHILD_ENV):
+        raise SystemExit(f"dry run: {m.num_processes} processes asked for, none joined")
+    if not m.num_devices or m.num_devices % m.num_processes:
+        raise SystemExit(f"dry run: mesh.num_devices ({m.num_devices}) must be a multiple "
+                         f"of mesh.num_processes ({m.num_processes})")  # fmt: skip
+    per = m.num_devices // m.num_processes
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count")]
+    env = {
+        **os.environ,
+        "XLA_FLAGS": " ".join([*flags, f"--xla_force_host_platform_device_count={per}"]),
+        "JAX_PLATFORMS": "cpu",
+        "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+        "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}",
+        "JAX_NUM_PROCESSES": str(m.num_processes),
+        CHILD_ENV: "1",
+    }
+    print(f"dry run: {m.num_processes} processes of {per} simulated CPU devices each, "
+          f"joined on {env['JAX_COORDINATOR_ADDRESS']}", flush=True)  # fmt: skip
+    cmd = [sys.executable, "-m", "learner.train", *argv]
+    others = [
+        subprocess.Popen(cmd, env={**env, "JAX_PROCESS_ID": str(i)}, stdout=sys.stderr)
+        for i in range(1, m.num_processes)
+    ]
+    try:
+        rc = relay(cmd, {**env, "JAX_PROCESS_ID": "0"})
+        codes = [rc, *(p.wait() for p in others)]
+    finally:
+        for p in others:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return max(codes, key=abs)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def relay(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``cmd``, print its stdout line by line, return its exit status. A stop of this
     process (SIGTERM's SystemExit, Ctrl-C) kills the child first: leaving the ``with``
@@ -456,6 +517,11 @@ def main(
 ) -> int:
     devices = None
     if compile:
+        if cfg.mesh.num_processes > 1:
+            from learner.training.distributed import initialize
+
+            if not initialize(cfg.mesh):  # no coordinator anywhere: simulate the processes
+                return rerun_as_processes(cfg, list(argv or sys.argv[1:]))
         devices = devices_for(cfg.mesh.num_devices)
         if devices is None:
             return rerun_with_devices(cfg.mesh.num_devices, list(argv or sys.argv[1:]))
@@ -475,6 +541,7 @@ def main(
         backend = _backend(devices)
         like = total if backend == "gpu" else estimate_total(budget(cfg, n, backend))
         _print_compiled(c, like, backend)
+        report["processes"] = jax.process_count()
         report["compiled"] = _compiled_report(c) | {
             "estimate_gib": round(like / GIB, 3),  # the estimate as this backend lays it out
             "fits": c["peak"] <= limit * GIB,

@@ -31,7 +31,7 @@ def _report(capsys, key: str = "dry_run") -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])[key]
 
 
-def _run(args: list[str], devices: int | None = None) -> tuple[int, list[str]]:
+def _run(args: list[str], devices: int | None = None, timeout: int = 300) -> tuple[int, list[str]]:
     """``python -m learner.train *args`` in a fresh process (no simulated devices unless
     ``devices``); (exit status, stdout lines)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", dryrun.CHILD_ENV)}
@@ -40,7 +40,7 @@ def _run(args: list[str], devices: int | None = None) -> tuple[int, list[str]]:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     proc = subprocess.run(
         [sys.executable, "-m", "learner.train", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return proc.returncode, proc.stdout.strip().splitlines()
@@ -231,3 +231,45 @@ def test_the_qwen3_8b_config_compiles_and_fits_at_32k():
     assert c["peak_gib"] <= 80 and r["fits"], r
     assert 0.75 < c["estimate_gib"] / c["peak_gib"] < 1.25, c
     assert any("32768 tokens per device" in line for line in lines)
+
+
+@pytest.mark.multiprocess
+def test_compile_as_two_processes_joined_by_jax_distributed():
+    """``mesh.num_processes = 2`` and no coordinator: the dry run starts 2 processes of 2
+    simulated devices each, joined on loopback; each compiles the step over all 4 devices
+    (a mesh spanning both), and the per-device figures are those of the same step compiled
+    in one process of 4 devices."""
+    rc, lines = _run([*TINY_4, "--set", "mesh.num_processes=2", "--dry-run", "--compile"])
+    assert rc == 0, lines
+    assert "2 processes of 2 simulated CPU devices each" in "\n".join(lines)
+    two = json.loads(lines[-1])["dry_run"]
+    assert two["processes"] == 2
+    rc, lines = _run([*TINY_4, "--dry-run", "--compile"])
+    one = json.loads(lines[-1])["dry_run"]
+    assert one["processes"] == 1
+    for key in ("argument_gib", "output_gib"):  # the state and batch: sharded alike
+        assert two["compiled"][key] == pytest.approx(one["compiled"][key], rel=0.02), key
+    assert two["compiled"]["peak_gib"] == pytest.approx(one["compiled"]["peak_gib"], rel=0.1)
+
+
+def test_processes_need_a_device_count_they_divide(capsys):
+    args = [*TINY_4, "--set", "mesh.num_devices=3", "--set", "mesh.fsdp=-1",
+            "--set", "mesh.num_processes=2", "--dry-run", "--compile"]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"multiple of mesh\.num_processes"):
+        main(args)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_14b_config_compiles_in_two_processes_and_fits_at_32k():
+    """configs/qwen2.5-14b-2x8xh100.toml: Qwen2.5-14B on 2 nodes of 8 GPUs, 32k tokens per
+    row, compiled as 2 processes of 8 simulated devices joined by jax.distributed: XLA's
+    per-device peak fits 80 GB and the estimate is within a quarter of it."""
+    args = ["--config", str(REPO / "configs" / "qwen2.5-14b-2x8xh100.toml"), "--dry-run",
+            "--compile"]  # fmt: skip
+    _, lines = _run(args, timeout=1200)
+    r = json.loads(lines[-1])["dry_run"]
+    c = r["compiled"]
+    assert r["processes"] == 2, r
+    assert c["peak_gib"] <= 80 and r["fits"], r
+    assert 0.75 < c["estimate_gib"] / c["peak_gib"] < 1.25, c
