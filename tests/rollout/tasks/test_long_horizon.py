@@ -48,7 +48,8 @@ def test_gold_paths_are_10_to_50_actions_and_every_family_has_test_tasks(local_w
         assert all(MIN_STEPS <= gold_steps(c) <= MAX_STEPS for c in cands[name]), name
     for t in long_tasks:
         assert MIN_STEPS <= len(t["gold_path"]) <= MAX_STEPS, t["id"]
-        assert t["gold_path"][0]["action"] == "search"
+        first = t["gold_path"][0]  # a search, or a walk's start page (by its URL)
+        assert first["action"] == "search" or first["args"]["url"] == t["start_url"], t["id"]
         assert {s["action"] for s in t["gold_path"][1:]} <= {"visit", "next_page"}
         assert t["hops"] == len({e["url"] for e in t["evidence"]})
     for family, names in FAMILIES.items():
@@ -60,15 +61,16 @@ def test_gold_paths_are_10_to_50_actions_and_every_family_has_test_tasks(local_w
 
 def test_the_walk_family_is_long_at_the_median_with_300_test_tasks(local_web, long_tasks):
     """The family RL trains on at length: >= 10 gold actions at the median, >= 300 test
-    tasks; each walk is a search, X's page, then only "Next" links; its bridge is the city
-    X's page names as "Next" (the first hop), never the answer."""
+    tasks; each walk starts at X's page (its start_url), opens it, then only "Next" links;
+    its bridge is the city X's page names as "Next" (the first hop), never the answer."""
     walks = [t for t in long_tasks if t["template"] == "walk_city_airport"]
     test = [t for t in walks if t["id"].startswith("test-")]
     assert len(test) >= 300
     assert statistics.median(len(t["gold_path"]) for t in walks) >= 10
     for t in walks:
         actions = [s["action"] for s in t["gold_path"]]
-        assert actions[:2] == ["search", "visit"] and set(actions[2:]) == {"next_page"}, t["id"]
+        assert actions[0] == "visit" and set(actions[1:]) == {"next_page"}, t["id"]
+        assert t["gold_path"][0]["args"]["url"] == t["start_url"] == t["evidence"][0]["url"]
         assert t["evidence"][0]["quote"] == f"Next: {t['bridge']}" != f"Next: {t['answer']}"
         assert t["evidence"][-1]["url"] == t["gold_path"][-1]["args"]["url"]
 
@@ -91,7 +93,7 @@ def test_the_walk_config_shows_every_next_link_it_follows(local_web, long_tasks)
         urldefrag(step["args"]["url"]).url.split("/", 3)[3]
         for t in long_tasks
         if t["template"] == "walk_city_airport" and t["id"].startswith("test-")
-        for step in t["gold_path"][1:-1]
+        for step in t["gold_path"][:-1]
     }
     worst = 0
     for path in sorted(paths):
@@ -161,7 +163,7 @@ async def _follow(session, t: dict, web_url: str):
     """Walk the gold path over HTTP: {page URL: its visible text (with a panel's JSON for
     an airport)}, {page URL: its HTML}, the order pages were read in; every step checked
     to be a link from a page read before it (a panel's source: its page's data-src)."""
-    reachable: set[str] = set()
+    reachable = {urldefrag(t["start_url"]).url}  # the episode opens there
     texts: dict[str, str] = {}
     html_of: dict[str, str] = {}
     order: list[str] = []
