@@ -499,6 +499,15 @@ class LearnerConfig:
     clip_eps_low: float = option(0.2, "PPO ratio clip below 1.", ge=0, le=1)
     clip_eps_high: float = option(0.2, "PPO ratio clip above 1 (clip-higher).", ge=0, le=10)
     kl_coef: float = option(0.0, "k3 KL coefficient to a frozen reference; 0 keeps none.", ge=0)
+    temperature: float | None = option(
+        None,
+        "The temperature of the step's logprobs, log_softmax(logits / temperature), as the "
+        "engines report the sampled tokens' logprobs: the ratio, the truncated importance "
+        "weights and the KL then compare like with like. Unset: inference.temperature "
+        "(1.0 when that is 0). SFT always trains at 1.",
+        gt=0,
+        le=10,
+    )
     loss_agg: Literal["token_mean", "seq_mean_token_mean", "constant"] = option(
         "token_mean", "How token losses are aggregated."
     )
@@ -744,6 +753,11 @@ def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
         sections[name] = _build_section(name, cls, values, source)
     config = RunConfig(**sections)
     _check_cross_fields(config, source)
+    if config.learner.temperature is None:  # the step's logprobs at the sampling temperature
+        t = config.inference.temperature or 1.0
+        config = dataclasses.replace(
+            config, learner=dataclasses.replace(config.learner, temperature=t)
+        )
     return config
 
 

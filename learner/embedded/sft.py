@@ -140,7 +140,7 @@ def sft_step(state, batch: Mapping[str, jax.Array], *, model, cfg):
     mask, weight = batch["mask_bt"], batch["weight_bt"]
 
     def loss_fn(params):
-        logp_bt, _ = token_logprobs(model, params, batch, cfg)
+        logp_bt, _ = token_logprobs(model, params, batch, cfg, temperature=1.0)
         loss = -(logp_bt * weight).sum() / jnp.maximum(weight.sum(), 1e-6)
         action_loss = -(logp_bt * mask).sum() / jnp.maximum(mask.sum(), 1.0)
         return loss, (action_loss, logp_bt)

@@ -108,11 +108,15 @@ def token_logprobs(
     cfg: LearnerConfig | None = None,
     *,
     with_entropy: bool = False,
+    temperature: float | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """(log p(target_t | inputs_<=t) (B, T), the policy's entropy there (B, T) or None)
     under ``params``, run as ``cfg`` says (remat, attention kernel, layer scan, logprob
-    chunk; default: dense, unchunked). Tokens see earlier tokens of their own segment
-    (``segment_bt``, else ``attn_bt``: 0 = padding)."""
+    chunk, ``learner.temperature``; default: dense, unchunked, 1). Tokens see earlier
+    tokens of their own segment (``segment_bt``, else ``attn_bt``: 0 = padding).
+    ``temperature`` overrides the config's (SFT trains at 1)."""
+    if temperature is None:
+        temperature = (cfg.temperature if cfg is not None else None) or 1.0
     opts = Options.of(cfg) if cfg is not None else Options()
     segments = batch.get("segment_bt", batch["attn_bt"])
     h_bte, _ = decoder.hidden(
@@ -123,6 +127,7 @@ def token_logprobs(
         functools.partial(decoder.unembed, model.cfg, params),
         batch["targets_bt"],
         chunk=cfg.logprob_chunk if cfg is not None else 0,
+        temperature=temperature,
         with_entropy=with_entropy,
     )
 

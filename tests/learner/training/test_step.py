@@ -287,3 +287,55 @@ def test_the_constant_schedule_holds_the_peak_after_the_warm_up():
     assert float(flat(0)) == pytest.approx(2e-4) and float(flat(999)) == pytest.approx(2e-4)
     cosine = lr_schedule(LearnerConfig(warmup_steps=0, steps=100, learning_rate=1e-3))
     assert float(cosine(100)) == pytest.approx(1e-4)  # the default decays to 0.1 x the peak
+
+
+def test_the_steps_logprobs_are_at_the_sampling_temperature():
+    """learner.temperature = 0.5: the step's logprobs are log_softmax(logits / 0.5) of the
+    model's logits (computed here by hand), so rollout logprobs an engine reported at 0.5
+    give a ratio of exactly 1 on the first step; at 1 (the SFT's temperature) the same
+    batch's ratio is far from 1. The config resolves an unset learner.temperature to
+    inference.temperature (1 when that is greedy)."""
+    import jax
+    import jax.numpy as jnp
+
+    from learner.model.params import get_params
+    from learner.training.step import init_state, token_logprobs, train_step
+    from shared.config import LearnerConfig, load
+    from tests.learner.helpers import forward, small_model
+
+    model = small_model(seed=3)
+    rng = np.random.default_rng(1)
+    trajs = [
+        _traj("g", i, rng.integers(3, 4096, 20), rng.random(20) < 0.7, -rng.random(20), float(i))
+        for i in range(4)
+    ]
+    arrays = pack([TrajectoryGroup("g", "t", trajs)], rows=4, buckets=(32,)).arrays
+    batch = {k: jnp.asarray(v) for k, v in arrays.items()}
+    cold = LearnerConfig(warmup_steps=0, learning_rate=1e-2, temperature=0.5)
+    logits = np.asarray(forward(model, batch["tokens_bt"], batch["positions_bt"]), np.float64)
+    z = logits / 0.5
+    z -= z.max(-1, keepdims=True)
+    by_hand = np.take_along_axis(z, np.asarray(batch["targets_bt"])[..., None], -1)[..., 0]
+    by_hand -= np.log(np.exp(z).sum(-1))
+    params = get_params(model)
+    got = np.asarray(token_logprobs(model, params, batch, cold)[0])
+    mask = np.asarray(batch["attn_bt"]) > 0
+    np.testing.assert_allclose(got[mask], by_hand[mask], atol=2e-4)
+    at_one = np.asarray(token_logprobs(model, params, batch, cold, temperature=1.0)[0])
+    assert np.abs(at_one - got)[mask].mean() > 0.1  # the SFT's: another distribution
+
+    sampled = dict(batch, old_logp_bt=jnp.asarray(got), rollout_logp_bt=jnp.asarray(got))
+    for cfg, ratio_is_one in (
+        (cold, True),
+        (LearnerConfig(warmup_steps=0, temperature=1.0), False),
+    ):
+        _, m = jax.jit(lambda s, b, c=cfg: train_step(s, b, model=model, cfg=c))(
+            init_state(params, cfg), sampled
+        )
+        spread = max(abs(float(m["ratio_max"]) - 1), abs(float(m["ratio_min"]) - 1))
+        assert (spread < 1e-3) == ratio_is_one, (cfg.temperature, spread)
+
+    assert load(None, ["inference.temperature=0.5"]).learner.temperature == 0.5
+    assert load(None, ["inference.temperature=0"]).learner.temperature == 1.0
+    both = ["inference.temperature=0.5", "learner.temperature=0.8"]
+    assert load(None, both).learner.temperature == 0.8
