@@ -110,11 +110,23 @@ class Trainer:
         try:
             return pack(groups, rows=self.packed_rows, packing=True, slots=self.rows, **kw)
         except ValueError as e:
-            # one row per sequence always fits; per-turn groups have more sequences than
-            # the step has episode rows (another compiled shape per distinct count)
-            rows = _round_up(max(self.rows, sum(len(g) for g in groups)), self.multiple)
+            # Per-turn groups have more sequences than the step has episode rows. Twice,
+            # four times ... packed_rows, up to one row per sequence (which always fits):
+            # few compiled shapes, and rows that are mostly filled (one per sequence of
+            # every group, kept or not, was mostly padding and a new shape per count).
+            every = _round_up(max(self.rows, sum(len(g) for g in groups)), self.multiple)
+            rows = self.packed_rows * 2
+            while rows < every:
+                try:
+                    packed = pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
+                    break
+                except ValueError:
+                    rows *= 2
+            else:
+                rows = every
+                packed = pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
             log.warning("packing into %d rows: %s; using %d rows", self.packed_rows, e, rows)
-            return pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
+            return packed
 
     def _restore_or_init(self) -> TrainState:
         step = self.ckpt.latest_step()

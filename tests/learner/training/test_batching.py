@@ -268,8 +268,9 @@ def test_packed_loss_and_gradient_equal_the_unpacked(seed):
 
 def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
     """learner.training.loop.Trainer._pack: with packing on, a step's trajectories go into
-    ``packed_rows`` rows; a step whose trajectories do not fit there is packed into one
-    row per trajectory instead (logged), never dropped."""
+    ``packed_rows`` rows; a step whose trajectories do not fit there is packed into
+    twice, four times ... as many rows, at most one row per trajectory (logged), never
+    dropped."""
     from types import SimpleNamespace
 
     from learner.training.loop import Trainer
@@ -311,6 +312,28 @@ def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
     ]
     p = Trainer._pack(trainer(2), [TrajectoryGroup("p", "t", turns)])
     assert p.shape == (12, 64) and p.stats["rows_used"] == 12
+    # 4 episodes of 6 turns, 24 sequences of 29 predictions, two to a row of 64: 2, 4 and 8
+    # rows cannot hold them, 16 can (12 used), where one row per sequence was 24; with a
+    # flat group beside them (no advantage, not trained on) still 16, where it was 32
+    short_turns = [
+        dataclasses.replace(
+            _traj("q", i, rng.integers(3, 500, 30), np.ones(30), -np.ones(30), float(i % 2)),
+            turn=k,
+        )
+        for i in range(4)
+        for k in range(6)
+    ]
+    flat = TrajectoryGroup(
+        "f",
+        "t",
+        [_traj("f", i, rng.integers(3, 500, 30), np.ones(30), -np.ones(30), 1.0) for i in range(8)],
+    )
+    for groups in (
+        [TrajectoryGroup("q", "t", short_turns)],
+        [TrajectoryGroup("q", "t", short_turns), flat],
+    ):
+        p = Trainer._pack(trainer(2), groups)
+        assert p.shape == (16, 64) and p.stats["rows_used"] == 12
 
 
 def test_per_episode_figures_of_a_batch_by_hand():
