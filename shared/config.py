@@ -729,6 +729,12 @@ class RunConfig:
     sft: SftConfig = field(default_factory=SftConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
+    def __post_init__(self) -> None:
+        if self.learner.temperature is None:  # the step's logprobs at the sampling temperature
+            t = self.inference.temperature or 1.0
+            learner = dataclasses.replace(self.learner, temperature=t)
+            object.__setattr__(self, "learner", learner)
+
 
 SECTIONS: dict[str, type] = typing.get_type_hints(RunConfig)
 
@@ -753,11 +759,6 @@ def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
         sections[name] = _build_section(name, cls, values, source)
     config = RunConfig(**sections)
     _check_cross_fields(config, source)
-    if config.learner.temperature is None:  # the step's logprobs at the sampling temperature
-        t = config.inference.temperature or 1.0
-        config = dataclasses.replace(
-            config, learner=dataclasses.replace(config.learner, temperature=t)
-        )
     return config
 
 
