@@ -115,16 +115,15 @@ class Trainer:
             # few compiled shapes, and rows that are mostly filled (one per sequence of
             # every group, kept or not, was mostly padding and a new shape per count).
             every = _round_up(max(self.rows, sum(len(g) for g in groups)), self.multiple)
-            rows = self.packed_rows * 2
-            while rows < every:
+            rows = self.packed_rows
+            while True:
+                rows = min(rows * 2, every)
                 try:
                     packed = pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
                     break
                 except ValueError:
-                    rows *= 2
-            else:
-                rows = every
-                packed = pack(groups, rows=rows, packing=True, slots=self.rows, **kw)
+                    if rows == every:
+                        raise
             log.warning("packing into %d rows: %s; using %d rows", self.packed_rows, e, rows)
             return packed
 

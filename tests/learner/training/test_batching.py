@@ -302,36 +302,31 @@ def test_the_loop_packs_into_packed_rows_and_falls_back_when_they_do_not_fit():
     # per-turn groups: 4 episodes of 3 turns each, 12 sequences of 60 tokens for a step of
     # 8 episode rows: one row per sequence (12, a multiple of the mesh's 2), none dropped
     rng = np.random.default_rng(3)
-    turns = [
-        dataclasses.replace(
-            _traj("p", i, rng.integers(3, 500, 60), np.ones(60), -np.ones(60), float(i % 2)),
-            turn=k,
-        )
-        for i in range(4)
-        for k in range(3)
-    ]
-    p = Trainer._pack(trainer(2), [TrajectoryGroup("p", "t", turns)])
+
+    def per_turn(gid: str, turns: int, n: int) -> TrajectoryGroup:
+        """4 episodes of ``turns`` turns, each a sequence of ``n`` tokens."""
+        seqs = [
+            dataclasses.replace(
+                _traj(gid, i, rng.integers(3, 500, n), np.ones(n), -np.ones(n), float(i % 2)),
+                turn=k,
+            )
+            for i in range(4)
+            for k in range(turns)
+        ]
+        return TrajectoryGroup(gid, "t", seqs)
+
+    p = Trainer._pack(trainer(2), [per_turn("p", 3, 60)])
     assert p.shape == (12, 64) and p.stats["rows_used"] == 12
     # 4 episodes of 6 turns, 24 sequences of 29 predictions, two to a row of 64: 2, 4 and 8
     # rows cannot hold them, 16 can (12 used), where one row per sequence was 24; with a
     # flat group beside them (no advantage, not trained on) still 16, where it was 32
-    short_turns = [
-        dataclasses.replace(
-            _traj("q", i, rng.integers(3, 500, 30), np.ones(30), -np.ones(30), float(i % 2)),
-            turn=k,
-        )
-        for i in range(4)
-        for k in range(6)
-    ]
+    short_turns = per_turn("q", 6, 30)
     flat = TrajectoryGroup(
         "f",
         "t",
         [_traj("f", i, rng.integers(3, 500, 30), np.ones(30), -np.ones(30), 1.0) for i in range(8)],
     )
-    for groups in (
-        [TrajectoryGroup("q", "t", short_turns)],
-        [TrajectoryGroup("q", "t", short_turns), flat],
-    ):
+    for groups in ([short_turns], [short_turns, flat]):
         p = Trainer._pack(trainer(2), groups)
         assert p.shape == (16, 64) and p.stats["rows_used"] == 12
 
