@@ -319,6 +319,13 @@ class RolloutConfig:
         "('the Asia/Kolkata' from '... is in the Asia/Kolkata time zone'): equal under the "
         "SQuAD normalisation, and copyable by a small policy from the word before it.",
     )
+    oracle_heading: bool = option(
+        False,
+        "The scripted oracles answer a name the page in view has as its heading line as that "
+        "line writes it ('# Vero Beach'): equal under the SQuAD normalisation (punctuation is "
+        "dropped), and copyable by a small policy, which continues what followed the '#' it "
+        "read (after '<answer> ' there is nothing in view to continue a bare name from).",
+    )
     oracle_spaced_names: bool = option(
         False,
         "The tools oracle writes country names with the space they have in the question "

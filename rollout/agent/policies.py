@@ -11,7 +11,10 @@ often carries the evidence), skipping the rest of the gold path. With
 path's keywords. With ``article`` it answers with the article its evidence puts
 before the answer ("the Asia/Kolkata" from "... is in the Asia/Kolkata time
 zone"): the same answer under the SQuAD normalisation, and one a small policy can
-copy from the page, since the page has the same word before it.
+copy from the page, since the page has the same word before it. With ``heading`` it
+answers a name the page in view has as its heading line ("# Vero Beach") as that line
+writes it: the same answer under the normalisation (punctuation is dropped), and the
+mark before it is the anchor a small policy continues from.
 """
 
 from __future__ import annotations
@@ -42,11 +45,13 @@ class OraclePolicy:
         shortcut: bool = False,
         query: str = "gold",
         article: bool = False,
+        heading: bool = False,
     ):
         if query not in ("gold", "question"):
             raise ValueError(f"query must be 'gold' or 'question', not {query!r}")
         self.task, self.mode, self.web = task, mode, web_url.rstrip("/")
         self.shortcut, self.query, self.article = shortcut, query, article
+        self.heading = heading
         self.answering = False  # the last text returned is an answer
         self.plan = list(task["gold_path"])
         self.seen: list[str] = []
@@ -164,6 +169,8 @@ class OraclePolicy:
         answer = self.task["answer"]
         if self.article:
             answer = _with_article(answer, [e["quote"] for e in self.task["evidence"]])
+        if self.heading:
+            answer = _as_heading(answer, self.last_view)
         if self.task["type"] == "citation":
             urls = dict.fromkeys(e["url"] for e in self.task["evidence"])
             answer += "\n" + "\n".join(f"[{i}] {u}" for i, u in enumerate(urls, 1))
@@ -189,8 +196,11 @@ class NoisyOraclePolicy(OraclePolicy):
         shortcut: bool = False,
         query: str = "gold",
         article: bool = False,
+        heading: bool = False,
     ):
-        super().__init__(task, mode, web_url, shortcut=shortcut, query=query, article=article)
+        super().__init__(
+            task, mode, web_url, shortcut=shortcut, query=query, article=article, heading=heading
+        )
         self.p = p
         self.rng = random.Random(seed)
         # one hop short this episode: drawn from a stream of its own, so the other
@@ -291,6 +301,7 @@ def oracle_options(rollout) -> dict:
         "shortcut": rollout.oracle_shortcut,
         "query": rollout.oracle_query,
         "article": rollout.oracle_article,
+        "heading": rollout.oracle_heading,
     }
 
 
@@ -301,6 +312,13 @@ def _with_article(answer: str, quotes: list[str]) -> str:
         if m:
             return f"{m.group(1)} {answer}"
     return answer
+
+
+def _as_heading(answer: str, view: str) -> str:
+    """``answer`` as the heading line of ``view`` writes it ("# Vero Beach"), when the view
+    has one that is the answer alone; else ``answer`` unchanged."""
+    m = re.search(r"^(#{1,6})[ \t]+" + re.escape(answer) + r"[ \t]*$", view, re.M)
+    return f"{m.group(1)} {answer}" if m else answer
 
 
 _SEARCH_FORM = re.compile(r'\[(\d+)\] searchbox "Search query"[^\n\[]*\[(\d+)\] button "Search"')

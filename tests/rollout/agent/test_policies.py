@@ -306,3 +306,37 @@ def test_a_walk_follows_each_next_link_and_one_hop_short_answers_the_city_after_
     som.plan = som.plan[2:]  # at Torcy's page: the next step follows its "Next" link
     view = 'URL: http://w/geo/city/1\n[7] link "Previous: X"\n[8] link "Next: Brétigny-sur-Orge"'
     assert som.next(view) == "click(8)"
+
+
+def test_heading_answers_a_name_as_the_heading_in_view_writes_it():
+    from rollout.agent.policies import _as_heading
+    from rollout.verifiers.text import exact_match
+
+    walk = {
+        "type": "qa",
+        "question": "Which is the first city after Hough whose Atlas page lists an airport?",
+        "answer": "Vero Beach",
+        "gold_path": [{"action": "visit", "args": {"url": "http://w/geo/city/2"}}],
+        "evidence": [{"url": "http://w/geo/city/2", "quote": "Vero Beach Regional Airport"}],
+    }
+    page = (
+        "URL: http://w/geo/city/2\nTitle: Vero Beach - Atlas\n\n# Vero Beach\n\n"
+        "Vero Beach is a city in United States.\n\n## Airports\n\n- Vero Beach Regional Airport"
+    )
+    p = OraclePolicy(walk, "api", "http://w", heading=True)
+    assert p.next("start") == "<visit> http://w/geo/city/2</visit>"
+    assert p.next(page) == "<answer> # Vero Beach</answer>"
+    assert exact_match("# Vero Beach", walk["answer"]) == 1.0
+    # Off, or a page whose heading is not the answer alone: the answer as it is.
+    q = OraclePolicy(walk, "api", "http://w")
+    q.next("start")
+    assert q.next(page) == "<answer> Vero Beach</answer>"
+    assert _as_heading("Vero Beach", page.replace("# Vero Beach\n", "# Vero Beach, FL\n")) == (
+        "Vero Beach"
+    )
+    assert _as_heading("Vero Beach", "## Vero Beach") == "## Vero Beach"
+    assert _as_heading("Vero Beach", "Title: Vero Beach - Atlas") == "Vero Beach"
+    # The noisy oracle writes its right answers the same way.
+    n = NoisyOraclePolicy(walk, "api", "http://w", p=0.0, seed=0, heading=True)
+    n.next("start")
+    assert n.next(page) == "<answer> # Vero Beach</answer>"
