@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 
 BACKENDS = ("embedded", "sglang", "vllm")
+VLLM_UNSET = "default"  # a vLLM engine's weight version until one is set
 
 
 class InferenceError(RuntimeError):
@@ -282,13 +283,21 @@ class InferenceClient:
             s.healthy = False
 
     async def health(self) -> dict[str, bool]:
+        """Each server's readiness: it answers ``/health``, and a vLLM server also has a
+        weight version. vLLM starts as ``"default"`` and takes its version by a request
+        after it serves (``learner.engines`` sends it at once), so a restarted engine is
+        ready only when that has landed: before, its tokens would carry no step."""
         out = {}
+        timeout = aiohttp.ClientTimeout(total=5)
         for s in self.servers:
             try:
-                timeout = aiohttp.ClientTimeout(total=5)
                 async with self.session.get(s.url + "/health", timeout=timeout) as r:
                     s.healthy = r.status == 200
-            except (aiohttp.ClientError, TimeoutError):
+                if s.healthy and self.vllm:
+                    async with self.session.get(s.url + "/weight_info", timeout=timeout) as r:
+                        info = await r.json() if r.status == 200 else {}
+                    s.healthy = info.get("weight_version", VLLM_UNSET) != VLLM_UNSET
+            except (aiohttp.ClientError, TimeoutError, ValueError):
                 s.healthy = False
             out[s.url] = s.healthy
         return out

@@ -131,3 +131,37 @@ def test_vllm_replies_are_read_with_their_spans():
     data["choices"][0]["logprobs"]["content"].pop()
     with pytest.raises(InferenceError, match="3 output ids but 2 logprobs"):
         _read(_vllm_generation, data)
+
+
+async def test_a_vllm_server_is_ready_only_once_it_has_a_weight_version():
+    """vLLM answers ``/health`` before its version is set (``GET /weight_info`` says
+    ``"default"`` until ``/update_weight_version``): in that window its tokens carry no
+    step, so a server that answers but has no version is not ready yet."""
+    state = {"version": "default", "health": 200}
+
+    async def health(request):
+        return web.Response(status=state["health"])
+
+    async def weight_info(request):
+        return web.json_response({"weight_version": state["version"]})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/weight_info", weight_info)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            vllm = InferenceClient([url], session, backend="vllm")
+            sglang = InferenceClient([url], session, backend="sglang")
+            assert await vllm.health() == {url: False}
+            assert await sglang.health() == {url: True}  # SGLang takes its version at start
+            state["version"] = "12"
+            assert await vllm.health() == {url: True}
+            state["health"] = 503
+            assert await vllm.health() == {url: False}
+    finally:
+        await runner.cleanup()
