@@ -303,6 +303,15 @@ class RolloutConfig:
         ge=0,
         le=1,
     )
+    oracle_give_up: float = option(
+        0.0,
+        "Probability that a noisy_oracle episode gives up at once: its first action answers "
+        "'unknown', before it has opened a page, as an agent that does not try would. Drawn "
+        "once per episode, from a stream of its own (its other draws stay the same); 0 "
+        "never. The api, playwright and som kinds (the tools kind refuses it).",
+        ge=0,
+        le=1,
+    )
     oracle_shortcut: bool = option(
         False,
         "The scripted oracles answer as soon as the evidence and the answer are in what they "

@@ -193,6 +193,7 @@ class NoisyOraclePolicy(OraclePolicy):
         p: float = 0.35,
         seed: int = 0,
         premature: float = 0.0,
+        give_up: float = 0.0,
         shortcut: bool = False,
         query: str = "gold",
         article: bool = False,
@@ -207,9 +208,15 @@ class NoisyOraclePolicy(OraclePolicy):
         # mistakes' draws are the same for a given seed whatever ``premature`` is
         short = premature and random.Random(f"premature-{seed}").random() < premature
         self.bridge = _bridge(task) if short else None
+        # gives up at once, before it has read anything: a stream of its own as well
+        self.quit = bool(give_up) and random.Random(f"give-up-{seed}").random() < give_up
 
     def next(self, observation: str) -> str:
         self.last_view = observation  # its mistakes come from this view
+        if self.quit:
+            self.quit, self.plan, self.answering = False, [], True
+            self.seen.append(_fold(observation))
+            return self._call("answer", GIVE_UP)
         if self.pending_click is not None:  # a search typed: press its button first
             return super().next(observation)
         if self.bridge is not None and self._bridge_in_view(observation):
@@ -274,7 +281,7 @@ def oracle_factory(mode: str):
         if noisy:
             return NoisyOraclePolicy(
                 task, mode, web_url, p=rollout.oracle_noise, seed=seed,
-                premature=rollout.oracle_premature, **how,
+                premature=rollout.oracle_premature, give_up=rollout.oracle_give_up, **how,
             )  # fmt: skip
         return OraclePolicy(task, mode, web_url, **how)
 

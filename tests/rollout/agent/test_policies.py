@@ -340,3 +340,43 @@ def test_heading_answers_a_name_as_the_heading_in_view_writes_it():
     n = NoisyOraclePolicy(walk, "api", "http://w", p=0.0, seed=0, heading=True)
     n.next("start")
     assert n.next(page) == "<answer> # Vero Beach</answer>"
+
+
+def test_giving_up_answers_unknown_first_in_its_share_of_episodes_and_changes_nothing_else():
+    walk = {
+        "type": "qa",
+        "question": "Which is the first city after Hough whose Atlas page lists an airport?",
+        "answer": "Vero Beach",
+        "gold_path": [
+            {"action": "visit", "args": {"url": "http://w/geo/city/1"}},
+            {"action": "visit", "args": {"url": "http://w/geo/city/2"}},
+        ],
+        "evidence": [{"url": "http://w/geo/city/2", "quote": "Vero Beach Regional Airport"}],
+    }
+    page = "URL: http://w/geo/city/2\n\n# Vero Beach\n\n- Vero Beach Regional Airport"
+
+    def first_actions(seed: int, give_up: float) -> list[str]:
+        p = NoisyOraclePolicy(walk, "api", "http://w", p=0.3, seed=seed, give_up=give_up)
+        out = [p.next("start")]
+        if "<answer>" not in out[0]:
+            out += [p.next("http://w/geo/city/1"), p.next(page)]
+        return out
+
+    runs = {s: first_actions(s, 0.6) for s in range(400)}
+    quit = [s for s, acts in runs.items() if acts == ["<answer> unknown</answer>"]]
+    assert 0.52 < len(quit) / 400 < 0.68  # a binomial(400, 0.6) is within 0.08 at 4 sigma
+    # the episodes that do not give up are those of the habit turned off, draw for draw
+    for s, acts in runs.items():
+        if s not in quit:
+            assert acts == first_actions(s, 0.0)
+    assert first_actions(quit[0], 1.0) == ["<answer> unknown</answer>"]
+    assert all("unknown" not in first_actions(s, 0.0)[0] for s in range(50))
+
+
+def test_the_tools_kind_refuses_giving_up():
+    from rollout.tools import _oracle
+    from shared.config import RolloutConfig
+
+    task = {"type": "tools", "question": "q", "answer": "a", "gold_path": []}
+    with pytest.raises(ValueError, match="oracle_give_up"):
+        _oracle(task, rollout=RolloutConfig(oracle_give_up=0.5), noisy=True)
