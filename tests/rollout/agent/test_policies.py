@@ -308,17 +308,22 @@ def test_a_walk_follows_each_next_link_and_one_hop_short_answers_the_city_after_
     assert som.next(view) == "click(8)"
 
 
+def vero_beach_walk(*urls: str) -> dict:
+    """A walk task visiting ``urls`` whose last page lists Vero Beach's airport."""
+    return {
+        "type": "qa",
+        "question": "Which is the first city after Hough whose Atlas page lists an airport?",
+        "answer": "Vero Beach",
+        "gold_path": [{"action": "visit", "args": {"url": u}} for u in urls],
+        "evidence": [{"url": urls[-1], "quote": "Vero Beach Regional Airport"}],
+    }
+
+
 def test_heading_answers_a_name_as_the_heading_in_view_writes_it():
     from rollout.agent.policies import _as_heading
     from rollout.verifiers.text import exact_match
 
-    walk = {
-        "type": "qa",
-        "question": "Which is the first city after Hough whose Atlas page lists an airport?",
-        "answer": "Vero Beach",
-        "gold_path": [{"action": "visit", "args": {"url": "http://w/geo/city/2"}}],
-        "evidence": [{"url": "http://w/geo/city/2", "quote": "Vero Beach Regional Airport"}],
-    }
+    walk = vero_beach_walk("http://w/geo/city/2")
     page = (
         "URL: http://w/geo/city/2\nTitle: Vero Beach - Atlas\n\n# Vero Beach\n\n"
         "Vero Beach is a city in United States.\n\n## Airports\n\n- Vero Beach Regional Airport"
@@ -343,16 +348,7 @@ def test_heading_answers_a_name_as_the_heading_in_view_writes_it():
 
 
 def test_giving_up_answers_unknown_first_in_its_share_of_episodes_and_changes_nothing_else():
-    walk = {
-        "type": "qa",
-        "question": "Which is the first city after Hough whose Atlas page lists an airport?",
-        "answer": "Vero Beach",
-        "gold_path": [
-            {"action": "visit", "args": {"url": "http://w/geo/city/1"}},
-            {"action": "visit", "args": {"url": "http://w/geo/city/2"}},
-        ],
-        "evidence": [{"url": "http://w/geo/city/2", "quote": "Vero Beach Regional Airport"}],
-    }
+    walk = vero_beach_walk("http://w/geo/city/1", "http://w/geo/city/2")
     page = "URL: http://w/geo/city/2\n\n# Vero Beach\n\n- Vero Beach Regional Airport"
 
     def first_actions(seed: int, give_up: float) -> list[str]:

@@ -7,6 +7,8 @@ embedded server is in ``tests/learner/serving/test_serve.py``."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import aiohttp
 import pytest
 from aiohttp import web
@@ -29,6 +31,19 @@ def reply(ids: list[int], finish: dict, version: str = "7") -> dict:
     }
 
 
+@asynccontextmanager
+async def loopback(app: web.Application):
+    """``app`` served on a free loopback port for the block: its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def stand_in():
     """A server whose next /generate answers are scripted; it records every call."""
@@ -47,14 +62,8 @@ async def stand_in():
     app.router.add_post("/generate", generate)
     for path in ("/pause_generation", "/continue_generation", "/update_weights_from_disk"):
         app.router.add_post(path, control)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    async with aiohttp.ClientSession() as session:
-        yield state, InferenceClient([f"http://127.0.0.1:{port}"], session, retries=2)
-    await runner.cleanup()
+    async with loopback(app) as url, aiohttp.ClientSession() as session:
+        yield state, InferenceClient([url], session, retries=2)
 
 
 async def test_an_aborted_generation_is_asked_again_not_returned(stand_in):
@@ -148,20 +157,12 @@ async def test_a_vllm_server_is_ready_only_once_it_has_a_weight_version():
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_get("/weight_info", weight_info)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            vllm = InferenceClient([url], session, backend="vllm")
-            sglang = InferenceClient([url], session, backend="sglang")
-            assert await vllm.health() == {url: False}
-            assert await sglang.health() == {url: True}  # SGLang takes its version at start
-            state["version"] = "12"
-            assert await vllm.health() == {url: True}
-            state["health"] = 503
-            assert await vllm.health() == {url: False}
-    finally:
-        await runner.cleanup()
+    async with loopback(app) as url, aiohttp.ClientSession() as session:
+        vllm = InferenceClient([url], session, backend="vllm")
+        sglang = InferenceClient([url], session, backend="sglang")
+        assert await vllm.health() == {url: False}
+        assert await sglang.health() == {url: True}  # SGLang takes its version at start
+        state["version"] = "12"
+        assert await vllm.health() == {url: True}
+        state["health"] = 503
+        assert await vllm.health() == {url: False}
