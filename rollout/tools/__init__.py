@@ -116,9 +116,11 @@ def _oracle(task, _web_url=None, rollout=None, *, noisy=False, seed=0, **_kwargs
         "spaced_names": rollout.oracle_spaced_names,
         "batched": rollout.oracle_batched_lookups,
     }
-    if noisy and rollout.oracle_give_up:
-        raise ValueError("rollout.oracle_give_up: the tools kind's noisy oracle has no such habit")
     if noisy:  # the noisy oracle's habits: wrong indicators, one hop short
+        if rollout.oracle_give_up:
+            raise ValueError(
+                "rollout.oracle_give_up: the tools kind's noisy oracle has no such habit"
+            )
         how.update(noise=rollout.oracle_noise, premature=rollout.oracle_premature, seed=seed)
     return make_oracle(task, **how)
 
