@@ -12,8 +12,9 @@ tiny model (head_dim 32) and one with head_dim 64, in float32. What is checked:
 - generations running across an update all finish (none lost or cut short), and every
   token's recorded version is the one whose weights give its logprob;
 - a wrong weight path is a loud error and leaves the served weights as they were;
-- an engine killed mid-generation is an infrastructure error (``InferenceError``), and
-  it is started again on the newest export, which the client then reaches.
+- an engine killed with a generation in flight is an infrastructure error
+  (``InferenceError``), and it is started again on the newest export, which the client
+  then reaches.
 """
 
 from __future__ import annotations
@@ -151,6 +152,28 @@ async def sample(eng: Engine, n: int, *, temperature=1.0, max_new=24, seed0=0, *
         )
 
 
+async def _post_ok(eng: Engine, session: aiohttp.ClientSession, path: str, body=None) -> None:
+    async with session.post(eng.url + path, json=body) as r:
+        assert r.status == 200, f"{path}: HTTP {r.status}: {await r.text()}"
+
+
+async def hold(eng: Engine, session: aiohttp.ClientSession) -> None:
+    """The engine paused with its requests kept (vLLM's pause mode=keep, SGLang's
+    in_place): what it holds or receives does not end until :func:`resume` or a kill.
+    Timing a test by a fixed wait alone is not enough for vLLM, whose CPU decode of LONG
+    tokens takes 2-3 s: a starved test process sent a request after an update had
+    begun, or woke after its generation had ended. (vLLM's ``num_requests_running``
+    gauge cannot say when a request is decoding: it read 0 through the first 1.9 s of a
+    decode.)"""
+    path, body = ("/pause?mode=keep", None) if eng.backend == "vllm" else (
+        "/pause_generation", {"mode": "in_place"})  # fmt: skip
+    await _post_ok(eng, session, path, body)
+
+
+async def resume(eng: Engine, session: aiohttp.ClientSession) -> None:
+    await _post_ok(eng, session, "/resume" if eng.backend == "vllm" else "/continue_generation")
+
+
 # ----------------------------------------------------------------------------- logprobs
 
 
@@ -199,8 +222,19 @@ async def test_generations_across_an_update_finish_with_each_tokens_version(engi
     old = max(engine.models, key=int)
     new = str(int(old) + 1)
     path = engine.export(int(new), policy(int(new) + 100))
-    async with aiohttp.ClientSession() as session:
+    vllm = engine.backend == "vllm"
+    sent = []  # the generate requests whose body is on the wire
+    trace = aiohttp.TraceConfig()
+
+    async def on_sent(_session, _ctx, params):  # a generate body is one chunk
+        if b"sampling_params" in params.chunk:
+            sent.append(params.url)
+
+    trace.on_request_chunk_sent.append(on_sent)
+    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
         client = engine.client(session, retries=0)  # an abort would fail, not be retried
+        if vllm:  # all four in the engine before the update, however slowly they are sent
+            await hold(engine, session)  # (held, then resumed once all four bodies are sent)
         running = [
             asyncio.create_task(
                 client.generate(PROMPT, Sampling(1.0, max_new_tokens=LONG, seed=i, ignore_eos=True))
@@ -208,7 +242,11 @@ async def test_generations_across_an_update_finish_with_each_tokens_version(engi
             for i in range(4)
         ]
         await asyncio.sleep(0.3)
+        while vllm and len(sent) < len(running):
+            await asyncio.sleep(0.05)
         assert not any(t.done() for t in running), "the generations ended before the update"
+        if vllm:  # they start together; the update's pause (mode=wait) comes while they decode
+            await resume(engine, session)
         await client.update_weights(str(path), new)
         gens = await asyncio.gather(*running)
     spanning = [len(set(g.token_versions())) == 2 for g in gens]
@@ -253,7 +291,8 @@ async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine)
     current = max(engine.models, key=int)
     async with aiohttp.ClientSession() as session:
         client = engine.client(session, retries=1)
-        running = asyncio.create_task(
+        await hold(engine, session)  # the generation cannot end before the kill, however slow
+        running = asyncio.create_task(  # this process is to send it and to kill
             client.generate(PROMPT, Sampling(1.0, max_new_tokens=LONG, ignore_eos=True))
         )
         await asyncio.sleep(0.3)
@@ -262,16 +301,20 @@ async def test_an_engine_killed_mid_run_is_an_infra_error_then_restarted(engine)
         assert killed, "the engine has no process to kill"
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
+        t_kill = time.monotonic()
         try:
             g = await running
         except InferenceError:
             pass
         else:  # what came back, to tell a missed kill from a reply the kill did not stop
+            log = (engine.root / "logs" / "inference.log").read_text(errors="replace")
+            events = [ln for ln in log.splitlines() if "learner.engines" in ln or "restart" in ln]
             pytest.fail(
-                f"a generation ended normally after its engine was killed: "
-                f"{len(g.output_ids)} tokens, finish {g.finish!r}, versions "
+                f"a generation ended normally {time.monotonic() - t_kill:.1f} s after its "
+                f"engine was killed: {len(g.output_ids)} tokens, finish {g.finish!r}, versions "
                 f"{sorted(set(g.token_versions()))}; killed {killed}, "
-                f"alive {[p for p in killed if os.path.exists(f'/proc/{p}')]}"
+                f"alive {[p for p in killed if os.path.exists(f'/proc/{p}')]}; "
+                f"the wrapper's log: {events[-6:]}"
             )
         deadline = time.monotonic() + 600
         while not (await client.health())[engine.url]:
