@@ -223,7 +223,7 @@ async def test_generations_across_an_update_finish_with_each_tokens_version(engi
     new = str(int(old) + 1)
     path = engine.export(int(new), policy(int(new) + 100))
     vllm = engine.backend == "vllm"
-    sent = []  # the generate requests whose body is on the wire
+    sent = []  # the URLs of the generate requests whose body is on the wire
     trace = aiohttp.TraceConfig()
 
     async def on_sent(_session, _ctx, params):  # a generate body is one chunk
@@ -242,7 +242,9 @@ async def test_generations_across_an_update_finish_with_each_tokens_version(engi
             for i in range(4)
         ]
         await asyncio.sleep(0.3)
+        deadline = time.monotonic() + 60
         while vllm and len(sent) < len(running):
+            assert time.monotonic() < deadline, f"{len(sent)} of {len(running)} requests sent"
             await asyncio.sleep(0.05)
         assert not any(t.done() for t in running), "the generations ended before the update"
         if vllm:  # they start together; the update's pause (mode=wait) comes while they decode
