@@ -21,6 +21,7 @@ import dataclasses
 import json
 from urllib.parse import urldefrag, urlsplit
 
+import aiohttp
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, Request
 from playwright.async_api import TimeoutError as PlaywrightTimeout
@@ -41,6 +42,7 @@ from rollout.agent.actions import (
     SomType,
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
+from rollout.env.devtools import DevToolsError
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
@@ -52,6 +54,8 @@ from rollout.env.som_js import (
     LISTENER_INIT_JS,
     OVERLAY_JS,
     REMOVE_OVERLAY_JS,
+    UNWATCH_JS,
+    WATCH_JS,
 )
 from rollout.net.egress import NO_UPSTREAM_HEADER, REFUSED_HEADER
 from rollout.net.urls import UrlPolicy, is_allowed
@@ -87,7 +91,7 @@ class PlaywrightBackend:
     ):
         self.lease, self.policy = lease, policy
         self.shot_options = screenshot
-        self._cdp = None  # (page, CDP session): the screenshots' channel to the current page
+        self._cdp = None  # (page, DevTools, session id): the screenshots' way to the page
         self.action_timeout_s = action_timeout_s
         self.timeout_ms = max(1000, int(action_timeout_s * 1000) - 500)
         self.observation_chars, self.observation = observation_chars, observation
@@ -100,6 +104,7 @@ class PlaywrightBackend:
         self.nav_pending = 0  # main-frame navigation requests not yet committed or failed
         self.frame_pending = 0  # the same in iframes (a form submitted inside one)
         self.frames_moved: list = []  # iframes that navigated, since the action began
+        self.scrolled = False  # the last scroll action moved the view
         self._report: str | None = None  # what a history move did, for the observation
         self._problem: str | None = None  # an error shown with the page's text
 
@@ -195,8 +200,8 @@ class PlaywrightBackend:
             shot = await self._do(action)
             may_navigate = isinstance(action, Click | SomClick | SomType)
             await self._after_navigation(navigations, deadline, may_navigate)
-            if isinstance(action, Scroll | SomScroll):  # what the page does when scrolled
-                await self.page.evaluate(_FRAMES_JS)  # (lazy loading) starts by the next frame
+            if isinstance(action, Scroll | SomScroll) and self.scrolled:
+                await self._after_scroll()
             await self._settle(deadline if replayer is not None else None)
             obs = await self._observe()
             if self.lease.recorder is not None:  # recording: the bodies are read before
@@ -271,7 +276,7 @@ class PlaywrightBackend:
             case Fill(selector=sel, value=value):
                 await (await self._usable(sel, "fill")).fill(value)
             case Scroll(dx=dx, dy=dy):
-                await page.evaluate("([x, y]) => window.scrollBy(x, y)", [dx, dy])
+                self.scrolled = await page.evaluate(_SCROLL_JS, [dx, dy, 0])
             case Back() | Forward():
                 await self._history(action)
             case Observe():
@@ -289,16 +294,34 @@ class PlaywrightBackend:
 
     async def _capture(self) -> bytes:
         """The viewport as the compositor draws it, encoded as env.screenshot_* say, by
-        Chromium's Page.captureScreenshot on a CDP session of the page's own.
-        ``page.screenshot`` costs more per shot (it waits for web fonts and restyles every
-        frame to hide the caret, round trips each) for nothing a policy would see."""
+        Chromium's Page.captureScreenshot on a session of the page's own, over the
+        lease's uncompressed DevTools channel (``rollout.env.devtools``: Playwright's
+        socket deflates every reply, ~20 ms of a PNG's cost). ``page.screenshot`` costs
+        more per shot still (it waits for web fonts and restyles every frame to hide the
+        caret, round trips each) for nothing a policy would see. Errors come as
+        Playwright's, so ``act`` explains them as it does any other."""
         page, o = self.page, self.shot_options
-        if self._cdp is None or self._cdp[0] is not page:
-            self._cdp = (page, await self.lease.context.new_cdp_session(page))
         params: dict = {"format": o.format, "optimizeForSpeed": o.fast}
         if o.format != "png":
             params["quality"] = o.quality
-        shot = await self._cdp[1].send("Page.captureScreenshot", params)
+        try:
+            async with asyncio.timeout(self.timeout_ms / 1000):
+                dt = await self.lease.devtools()
+                if self._cdp is None or self._cdp[0] is not page or self._cdp[1] is not dt:
+                    own = await self.lease.context.new_cdp_session(page)
+                    try:
+                        info = await own.send("Target.getTargetInfo")
+                    finally:
+                        await own.detach()
+                    self._cdp = (page, dt, await dt.attach(info["targetInfo"]["targetId"]))
+                shot = await dt.send("Page.captureScreenshot", params, session=self._cdp[2])
+        except TimeoutError:
+            raise PlaywrightTimeout(
+                f"Timeout {self.timeout_ms}ms exceeded taking a screenshot"
+            ) from None
+        except (DevToolsError, OSError, aiohttp.ClientError) as e:
+            self._cdp = None
+            raise PlaywrightError(f"screenshot failed: {e}") from None
         return base64.b64decode(shot["data"])
 
     async def _goto(self, page: Page, url: str) -> None:
@@ -375,6 +398,12 @@ class PlaywrightBackend:
             why = "every visible one is disabled" if shown > 1 else "it is disabled"
         matches = f"{count} elements match" if count > 1 else "1 element matches"
         raise ToolError(f"cannot {verb} {selector!r}: {matches} ({first}) but {why}")
+
+    async def _after_scroll(self) -> None:
+        """What the page does when scrolled (its scroll and intersection observers, lazy
+        loading) starts by the next frame: two animation frames before it is read. A
+        scroll that moved nothing (up at the top) has nothing to wait for."""
+        await self.page.evaluate(_FRAMES_JS)
 
     async def _settle(self, until: float | None = None) -> None:
         """Give the page's own requests (JavaScript fetching content) a moment to finish:
@@ -520,6 +549,58 @@ class SomBackend(PlaywrightBackend):
         self.screenshots = screenshots
         self.last_screenshot: bytes | None = None  # the latest marked view, for the dashboard
         self.shown: frozenset[int] = frozenset()  # the numbers the last observation showed
+        # (pass, layout, marked shot, page text) taken during a scroll's wait
+        self._early: tuple[dict, dict, bytes, str] | None = None
+
+    @property
+    def _shoots(self) -> bool:
+        """Observations carry a marked screenshot drawn by the labelling pass itself."""
+        return self.screenshots and self.observation != "axtree"
+
+    async def act(self, action: Action) -> Observation:
+        self._early = None
+        try:
+            return await super().act(action)
+        finally:
+            if self._early is not None:  # the action failed after the early capture
+                self._early = None
+                with contextlib.suppress(PlaywrightError):
+                    await self.page.evaluate(UNWATCH_JS)
+
+    async def _after_scroll(self) -> None:
+        """With screenshots on, the scroll's two-frame wait is also the capture's: the
+        page is labelled and the marks drawn at once, then the view is captured and the
+        whole page's text read while the page's observers run; the observation keeps
+        them only if the page held still meanwhile (``_early_shot``). Without, the wait
+        alone."""
+        if not self._shoots:
+            return await super()._after_scroll()
+        page = self.page
+        try:
+            view = await self._label(marks=True, overlay=True)
+        except PlaywrightError:
+            self.shown = frozenset()
+            raise
+        try:
+            before = await page.evaluate(WATCH_JS)
+            done = await asyncio.gather(
+                self._capture(),
+                self._page_text(view),
+                page.evaluate(_FRAMES_JS),
+                return_exceptions=True,
+            )
+            for r in done:
+                if isinstance(r, BaseException):
+                    raise r
+        except BaseException:
+            with contextlib.suppress(PlaywrightError):
+                await page.evaluate(UNWATCH_JS)
+            raise
+        shot, page_text, _ = done
+        if before is not None:
+            self._early = (view, before, shot, page_text)
+        else:  # nothing could watch this page: read it again after the wait
+            await page.evaluate(UNWATCH_JS)
 
     async def _do(self, action: Action) -> bytes | None:
         page = self.page
@@ -540,8 +621,7 @@ class SomBackend(PlaywrightBackend):
                 else:
                     await target.fill(text)
             case SomScroll(direction=d):
-                sign = -1 if d == "up" else 1
-                await page.evaluate("s => window.scrollBy(0, s * window.innerHeight * 0.8)", sign)
+                self.scrolled = await page.evaluate(_SCROLL_JS, [0, 0, -0.8 if d == "up" else 0.8])
             case Goto() | Back() | Forward() | Observe():
                 return await super()._do(action)
             case _:
@@ -569,16 +649,40 @@ class SomBackend(PlaywrightBackend):
                 return loc.first
         raise ToolError(f"element [{n}] is gone from the page (it changed); look again")
 
+    async def _early_shot(self) -> tuple[dict, bytes, str] | None:
+        """The pass, shot and page text taken during the scroll's wait, if the page held
+        still: no change to the document since the marks were drawn (a MutationObserver's
+        records) and the same layout now (scroll offsets, scroll size, the box of every
+        numbered element, all of which are in the top document). The marks are removed
+        either way; ``None`` sends the observation down the ordinary path."""
+        early, self._early = self._early, None
+        if early is None:
+            return None
+        view, before, shot, page_text = early
+        now = await self.page.evaluate(UNWATCH_JS)
+        still = (
+            now is not None
+            and now["n"] == 0
+            and now["fp"] == before["fp"]
+            and now["count"] == before["count"] == len(view["elements"])
+        )
+        return (view, shot, page_text) if still else None
+
     async def _observe(self) -> Observation:
         page = self.page
-        shoot = self.screenshots and self.observation != "axtree"
-        try:  # with screenshots on, the same call draws the marks (OVERLAY_JS)
-            view = await self._label(marks=True, overlay=shoot)
+        shoot = self._shoots
+        try:
+            early = await self._early_shot()
+            # with screenshots on, the same call draws the marks (OVERLAY_JS)
+            view = early[0] if early else await self._label(marks=True, overlay=shoot)
         except PlaywrightError:
             self.shown = frozenset()
             raise
         shot = None
-        if shoot:  # the capture overlaps the text pass: the compositor draws, the page reads
+        if early:
+            _, shot, page_text = early
+            self.last_screenshot = shot
+        elif shoot:  # the capture overlaps the text pass: the compositor draws, the page reads
             done = await asyncio.gather(
                 self._capture(), self._page_text(None), return_exceptions=True
             )
@@ -615,6 +719,13 @@ async def run_labeller(page: Page, opts: dict, overlay: bool = False) -> dict:
     return json.loads(raw)
 
 
+# a scroll by (x, y) pixels plus ``screens`` view heights, at once even where the page asks
+# for smooth scrolling (a view read mid-glide would start anywhere); whether the view moved
+_SCROLL_JS = """([x, y, screens]) => {
+  const x0 = window.scrollX, y0 = window.scrollY;
+  window.scrollBy({left: x, top: y + screens * window.innerHeight, behavior: 'instant'});
+  return window.scrollX !== x0 || window.scrollY !== y0;
+}"""
 # two animation frames: scroll and intersection observers have run, timers of 0 too
 _PENDING_JS = "() => window.__archivePending || 0"
 _FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"

@@ -32,6 +32,7 @@ from typing import Any
 
 from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
 
+from rollout.env.devtools import DevTools
 from shared.lifeline import wait_group_gone
 
 DEFAULT_ARGS = (
@@ -80,6 +81,7 @@ class _Browser:
     lost: bool = False
     failed_checks: int = 0
     leases: set[Lease] = field(default_factory=set)
+    port: int = 0  # its DevTools port on loopback
 
     @property
     def pid(self) -> int:
@@ -96,6 +98,23 @@ class Lease:
     browser_lost: bool = False
     recorder: Any = None  # the archive's recorder of this context's traffic, when recording
     replayer: Any = None  # the archive answering this context's requests, when replaying
+    devtools_port: int = 0  # the browser's DevTools port on loopback
+    _devtools: DevTools | None = None
+    _devtools_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def devtools(self) -> DevTools:
+        """The browser's DevTools on an uncompressed channel of this lease's own
+        (``rollout.env.devtools``: what screenshots go through), opened on first use and
+        closed with the lease."""
+        async with self._devtools_lock:
+            if self._devtools is None or self._devtools.closed:
+                self._devtools = await DevTools.connect(self.devtools_port)
+            return self._devtools
+
+    async def close_devtools(self) -> None:
+        if self._devtools is not None:
+            await self._devtools.close()
+            self._devtools = None
 
 
 class BrowserPool:
@@ -156,13 +175,14 @@ class BrowserPool:
             except Exception as e:
                 await self._lose(b, f"new_context failed: {e}")
                 raise BrowserLost(f"browser {b.id} failed to open a context: {e}") from e
-            lease = Lease(ctx, b.id, b.pid, b.lost)
+            lease = Lease(ctx, b.id, b.pid, b.lost, devtools_port=b.port)
             b.leases.add(lease)
             self.stats["leases"] += 1
             yield lease
         finally:
             if lease is not None:
                 b.leases.discard(lease)
+                await lease.close_devtools()
                 if not b.lost:
                     try:
                         await asyncio.wait_for(lease.context.close(), self.config.close_timeout_s)
@@ -230,7 +250,7 @@ class BrowserPool:
         b = _Browser(self._next_id, proc, profile)
         self._browsers.append(b)
         try:
-            port = await self._devtools_port(b)
+            port = b.port = await self._devtools_port(b)
             b.browser = await asyncio.wait_for(
                 self._pw.chromium.connect_over_cdp(f"http://127.0.0.1:{port}"),
                 cfg.launch_timeout_s,

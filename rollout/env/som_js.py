@@ -55,7 +55,9 @@ box in viewport pixels of the top document.
 which elements, documents and windows get click-ish listeners; ``OVERLAY_JS`` /
 ``REMOVE_OVERLAY_JS`` draw and remove the marks of the elements in view (one canvas in the
 top layer) for a screenshot. ``OVERLAY_JS`` called with no list draws the last pass's
-elements, which spares sending them back to the page.
+elements, which spares sending them back to the page. ``WATCH_JS`` / ``UNWATCH_JS`` count
+the document's changes, and compare its layout, between drawing the marks and reading the
+page again.
 """
 
 LISTENER_INIT_JS = r"""
@@ -1117,6 +1119,63 @@ OVERLAY_JS = r"""
 
 REMOVE_OVERLAY_JS = (
     "() => { const l = document.getElementById('__som_overlay'); if (l) l.remove(); }"
+)
+
+# Watching the page between drawing the marks and reading it again (a scroll's early
+# capture, rollout.env.browser). WATCH_JS starts counting the document's mutation records
+# and returns the layout's fingerprint (FINGERPRINT: scroll offsets, viewport, scroll size,
+# the box of every numbered element) with the count of numbered elements; UNWATCH_JS stops,
+# removes the marks and returns {n: records, fp, count}. Either gives null where nothing
+# is or can be watched (a frozen window; another document than the one watched).
+_FINGERPRINT = r"""
+const fingerprint = () => {
+  const de = document.documentElement;
+  const parts = [scrollX, scrollY, innerWidth, innerHeight, de.scrollWidth, de.scrollHeight];
+  const els = document.querySelectorAll('[data-som-id]');
+  for (const e of els) {
+    const r = e.getBoundingClientRect();
+    parts.push(e.getAttribute('data-som-id'), r.x, r.y, r.width, r.height);
+  }
+  return {fp: parts.join(','), count: els.length};
+};
+"""
+
+WATCH_JS = (
+    "() => {\n"
+    + _FINGERPRINT.strip()
+    + r"""
+  const K = Symbol.for('som.watch');
+  try {
+    const old = window[K];
+    if (old) old.o.disconnect();
+    const w = {n: 0, o: null};
+    w.o = new MutationObserver((rs) => { w.n += rs.length; });
+    w.o.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+    Object.defineProperty(window, K, {value: w, configurable: true, writable: true});
+  } catch (e) { return null; }
+  return fingerprint();
+}
+"""
+)
+
+UNWATCH_JS = (
+    "() => {\n"
+    + _FINGERPRINT.strip()
+    + r"""
+  const K = Symbol.for('som.watch');
+  const w = window[K];
+  let out = null;
+  if (w) {
+    try { delete window[K]; } catch (e) {}
+    const n = w.n + w.o.takeRecords().length;
+    w.o.disconnect();
+    out = {n, ...fingerprint()};
+  }
+  const l = document.getElementById('__som_overlay');
+  if (l) l.remove();
+  return out;
+}
+"""
 )
 
 # The labeller installed in every document before the page's scripts (an init script, with

@@ -1,0 +1,172 @@
+"""Screenshots in real Chromium: the scroll's capture taken during its wait (kept only if
+the page held still), scrolls that move nothing or glide, and the uncompressed channel."""
+
+import io
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from PIL import Image
+
+from rollout.env import browser_pool, make_env
+from shared.config import EnvConfig, RolloutConfig, SearchConfig
+
+pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
+
+ROWS = "".join(
+    f'<p>Paragraph {i} of the page. <a href="/static#p{i}">link {i}</a></p>' for i in range(80)
+)
+PAGES = {
+    "/static": f"<html><body>{ROWS}</body></html>",
+    # a scroll handler that turns the page green on the next animation frame: a change
+    # the text does not show, made while the environment waits after a scroll
+    "/flash": f"""<html><body>{ROWS}<script>
+addEventListener('scroll', () => requestAnimationFrame(() => {{
+  document.body.style.background = 'rgb(0, 200, 0)'; }}));
+</script></body></html>""",
+    # a ticker that rewrites itself every animation frame: never still
+    "/ticker": f"""<html><body><p id=t>0</p>{ROWS}<script>
+let n = 0; const tick = () => {{ document.getElementById('t').textContent = String(++n);
+  requestAnimationFrame(tick); }}; requestAnimationFrame(tick);
+</script></body></html>""",
+    "/smooth": f"<html><head><style>html {{ scroll-behavior: smooth }}</style></head><body>{ROWS}</body></html>",
+}
+GREEN = (0, 200, 0)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def site():
+    async def page(request):
+        return web.Response(text=PAGES[request.path], content_type="text/html")
+
+    app = web.Application()
+    for path in PAGES:
+        app.router.add_get(path, page)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    s = web.TCPSite(runner, "127.0.0.1", 0)
+    await s.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+def config(site: str, **over) -> EnvConfig:
+    return EnvConfig(**{"allowed_hosts": (site.split("//")[1],), "action_timeout_s": 5.0, **over})
+
+
+@pytest_asyncio.fixture(scope="module")
+async def pool(site):
+    async with browser_pool(
+        site, config(site), RolloutConfig(browsers=1, contexts_per_browser=2)
+    ) as p:
+        yield p
+
+
+class Env:
+    """A som (or playwright) episode on ``path`` whose captures are counted."""
+
+    def __init__(self, pool, site, path, mode="som", **cfg):
+        self.pool, self.site, self.path, self.mode, self.cfg = pool, site, path, mode, cfg
+
+    async def __aenter__(self):
+        self.cm = self.pool.context()
+        self.lease = await self.cm.__aenter__()
+        cfg = config(self.site, **{"screenshots": True, **self.cfg})
+        self.env = make_env(self.mode, self.site, cfg, SearchConfig(), lease=self.lease)
+        be, real = self.env.backend, self.env.backend._capture
+        self.captures = 0
+
+        async def counted():
+            self.captures += 1
+            return await real()
+
+        be._capture = counted
+        task = {"id": "t", "question": "q", "answer": "a", "aliases": [], "type": "qa",
+                "hops": 1, "evidence": [], "start_url": self.site + self.path}  # fmt: skip
+        await self.env.reset(task)
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.env.close()
+        await self.cm.__aexit__(*exc)
+
+
+def pixels(image: bytes, rgb) -> int:
+    px = np.asarray(Image.open(io.BytesIO(image)).convert("RGB"), dtype=np.int16)
+    return int((np.abs(px - np.array(rgb)) <= 8).all(axis=-1).sum())
+
+
+async def page_state(e: Env) -> dict:
+    return await e.env.backend.page.evaluate(
+        "() => ({y: scrollY, overlay: !!document.getElementById('__som_overlay'),"
+        " watching: !!window[Symbol.for('som.watch')]})"
+    )
+
+
+async def test_a_scroll_s_shot_is_taken_during_its_wait_when_the_page_holds_still(pool, site):
+    async with Env(pool, site, "/static") as e:
+        first = e.captures
+        r = await e.env.step('scroll("down")')
+        o = r.observation
+        assert e.captures - first == 1  # the early shot was kept: no second capture
+        assert o.screenshot[:4] == b"\x89PNG" and o.elements
+        assert e.env.backend.last_screenshot == o.screenshot
+        # what the shot shows is what the text says: the marks of the elements now in view
+        assert pixels(o.screenshot, (0xE0, 0x11, 0x5F)) > 100 * len(o.elements)
+        assert "Paragraph 0 " not in o.text and o.elements[0]["id"] == 1
+        assert await page_state(e) == {"y": 576, "overlay": False, "watching": False}
+
+
+async def test_a_page_that_changes_during_the_wait_is_shot_again(pool, site):
+    async with Env(pool, site, "/ticker") as e:
+        first = e.captures
+        await e.env.step('scroll("down")')
+        assert e.captures - first == 2  # it changed after the marks were drawn: shot again
+        assert await page_state(e) == {"y": 576, "overlay": False, "watching": False}
+    # a change made while the environment waits after the scroll (the page turns green
+    # on the frame after its scroll event) is in the shot, whichever capture it is
+    async with Env(pool, site, "/flash") as e:
+        assert pixels(e.env.first.screenshot, GREEN) == 0
+        o = (await e.env.step('scroll("down")')).observation
+        assert await e.env.backend.page.evaluate("document.body.style.background") != ""
+        assert pixels(o.screenshot, GREEN) > 1280 * 720 // 4
+
+
+async def test_a_scroll_that_moves_nothing_waits_for_nothing(pool, site):
+    async with Env(pool, site, "/static", screenshots=False) as e:
+        be = e.env.backend
+        r = await e.env.step('scroll("up")')  # at the top already
+        assert be.scrolled is False and r.observation.text == e.env.first.text
+        r = await e.env.step('scroll("down")')
+        assert be.scrolled is True and r.observation.text != e.env.first.text
+
+
+async def test_a_page_asking_for_smooth_scrolling_is_scrolled_at_once(pool, site):
+    async with Env(pool, site, "/smooth", screenshots=False) as e:
+        o = (await e.env.step('scroll("down")')).observation
+        assert (await page_state(e))["y"] == 576  # not somewhere along a glide
+        assert "Paragraph 0 " not in o.text
+    async with Env(pool, site, "/smooth", mode="playwright", screenshots=False) as e:
+        await e.env.step("scroll(0, 300)")
+        assert (await page_state(e))["y"] == 300
+
+
+async def test_screenshots_go_over_an_uncompressed_channel_of_the_lease(pool, site):
+    async with Env(pool, site, "/static", mode="playwright", screenshots=False) as e:
+        o = (await e.env.step("screenshot()")).observation
+        assert o.screenshot[:4] == b"\x89PNG" and o.error is None
+        dt = await e.lease.devtools()
+        assert dt._ws.compress == 0  # no permessage-deflate negotiated
+        # closed under it: the next shot opens a new one
+        await e.lease.close_devtools()
+        assert (await e.env.step("screenshot()")).observation.screenshot[:4] == b"\x89PNG"
+        assert (await e.lease.devtools()) is not dt
+        # a channel that cannot be opened is the step's error, and the episode goes on
+        await e.lease.close_devtools()
+        port, e.lease.devtools_port = e.lease.devtools_port, 1
+        r = await e.env.step("screenshot()")
+        assert "screenshot failed" in (r.observation.error or "") and not e.env.done
+        e.lease.devtools_port = port
+        assert (await e.env.step("screenshot()")).observation.screenshot[:4] == b"\x89PNG"
+    assert e.lease._devtools is None  # closed with the lease
