@@ -14,10 +14,15 @@ forward and backward, over the causal half). Each variant is compiled first and
 XLA's memory analysis read; one whose peak exceeds ``--max-gib`` is reported as
 not run (``"skipped": "needs N GiB"``) rather than run out of memory.
 
+With a KL term the reference model's forward pass runs either inside the step or as a
+program of its own before it (``learner.reference_forward``): both are timed for each
+model config, alternated on the same batch.
+
     python bench/learner.py [--steps 5] [--long-steps 2] [--long-length 4096] [--no-long]
 
 Final line: {"bench": "learner", "configs": [{"name", "params", "tokens_per_s",
-"achieved_gflops", "matmul_peak_gflops", "fraction_of_peak"}], "long": [{"name",
+"achieved_gflops", "matmul_peak_gflops", "fraction_of_peak"}], "reference": [{"name",
+"inside_tokens_per_s", "separate_tokens_per_s", "separate_over_inside"}], "long": [{"name",
 "attention", "remat", "length", "tokens_per_s", "fraction_of_peak", "peak_gib",
 "compile_s"}]}
 """
@@ -42,7 +47,12 @@ from learner.model.config import tiny_config  # noqa: E402
 from learner.model.params import Model, param_info  # noqa: E402
 from learner.training.batching import pack  # noqa: E402
 from learner.training.sharding import make_mesh  # noqa: E402
-from learner.training.step import compile_step, new_state, place_batch  # noqa: E402
+from learner.training.step import (  # noqa: E402
+    compile_reference,
+    compile_step,
+    new_state,
+    place_batch,
+)
 from shared.config import LearnerConfig, MeshConfig  # noqa: E402
 from shared.wire import Trajectory, TrajectoryGroup  # noqa: E402
 
@@ -135,6 +145,44 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     }
 
 
+def measure_reference(name: str, overrides: dict, steps: int) -> dict:
+    """With a KL term (``kl_coef`` 0.1): the step running the reference's forward pass
+    itself against the reference run as a program of its own and the step given its
+    logprobs (``learner.reference_forward``), on the same batch, alternated."""
+    cfg_model = tiny_config(**overrides)
+    model = Model(cfg_model, rngs=nnx.Rngs(0))
+    cfg = LearnerConfig(length_buckets=(256,), warmup_steps=0, steps=100, kl_coef=0.1)
+    mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
+    state, shardings = new_state(model, mesh, cfg)
+    step = compile_step(model, mesh, cfg, shardings)
+    ref = compile_reference(model, mesh, cfg, shardings)
+    rows = 16
+    packed = pack(groups(rows // 4, 4, 256, cfg_model.vocab_size), rows=rows, buckets=(256,))
+    batch = place_batch(packed.arrays, mesh)
+    tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
+
+    def separate(state, batch):
+        return step(state, {**batch, "ref_logp_bt": ref(state.ref_params, batch)})
+
+    times: dict[str, list[float]] = {"inside": [], "separate": []}
+    for fn in (step, separate):  # compiled and run once each, untimed
+        state, m = fn(state, batch)
+        jax.block_until_ready(m)
+    for _ in range(steps):
+        for key, fn in (("inside", step), ("separate", separate)):
+            t0 = time.perf_counter()
+            state, m = fn(state, batch)
+            jax.block_until_ready(m)
+            times[key].append(time.perf_counter() - t0)
+    inside, apart = float(np.median(times["inside"])), float(np.median(times["separate"]))
+    return {
+        "name": name,
+        "inside_tokens_per_s": round(tokens / inside, 1),
+        "separate_tokens_per_s": round(tokens / apart, 1),
+        "separate_over_inside": round(inside / apart, 3),
+    }
+
+
 LONG_VARIANTS = (("blockwise", "full"), ("blockwise", "none"), ("dense", "full"), ("dense", "none"))
 
 
@@ -187,6 +235,13 @@ def main() -> None:
         print(
             f"{c['name']:>6}: {c['tokens_per_s']:>9,.1f} tokens/s, {c['fraction_of_peak']:.3f} of peak"
         )
+    reference = [measure_reference(name, o, args.steps) for name, o in CONFIGS.items()]
+    for r in reference:
+        print(
+            f"{r['name']:>6} with KL: reference inside the step {r['inside_tokens_per_s']:,.1f}"
+            f" tokens/s, a program of its own {r['separate_tokens_per_s']:,.1f}"
+            f" ({r['separate_over_inside']:.2f}x)"
+        )
     long = []
     if not args.no_long:
         for attention, remat in LONG_VARIANTS:
@@ -195,7 +250,9 @@ def main() -> None:
             )
             long.append(r)
             print(json.dumps(r))
-    print(json.dumps({"bench": "learner", "configs": configs, "long": long}))
+    print(
+        json.dumps({"bench": "learner", "configs": configs, "reference": reference, "long": long})
+    )
 
 
 if __name__ == "__main__":

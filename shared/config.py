@@ -515,6 +515,12 @@ class LearnerConfig:
     clip_eps_low: float = option(0.2, "PPO ratio clip below 1.", ge=0, le=1)
     clip_eps_high: float = option(0.2, "PPO ratio clip above 1 (clip-higher).", ge=0, le=10)
     kl_coef: float = option(0.0, "k3 KL coefficient to a frozen reference; 0 keeps none.", ge=0)
+    reference_forward: Literal["in_step", "separate"] = option(
+        "in_step",
+        "With a KL term, where the reference's logprobs are computed: `in_step`, inside the "
+        "step's program; `separate`, a program of its own run before each step, which is "
+        "given them (bench/learner.py times both).",
+    )
     temperature: float | None = option(
         None,
         "The temperature of the step's logprobs, log_softmax(logits / temperature), as the "

@@ -35,6 +35,7 @@ from learner.training.source import GroupSource
 from learner.training.step import (
     TrainState,
     abstract_state,
+    compile_reference,
     compile_step,
     new_state,
     place_batch,
@@ -84,6 +85,9 @@ class Trainer:
         self.ckpt = Checkpointer(self.ckpt_root, max_to_keep=cfg.checkpoint.max_to_keep)
         self.shardings = state_shardings(self.model, self.mesh, cfg.learner)
         self.step_fn = compile_step(self.model, self.mesh, cfg.learner, self.shardings)
+        self.ref_fn = None  # the reference's logprobs as a program of its own, if so set
+        if self.shardings.ref_params is not None and cfg.learner.reference_forward == "separate":
+            self.ref_fn = compile_reference(self.model, self.mesh, cfg.learner, self.shardings)
         self.consumed: list[str] = []
         self.state = self._restore_or_init()
         self.version = int(self.state.step)
@@ -220,6 +224,8 @@ class Trainer:
                 t_wait = time.perf_counter() - t0
                 packed = self._pack(groups)
                 batch = place_batch(packed.arrays, self.mesh)
+                if self.ref_fn is not None:
+                    batch["ref_logp_bt"] = self.ref_fn(self.state.ref_params, batch)
                 self.state, m = self.step_fn(self.state, batch)
                 m = {k: _finite(v) for k, v in jax.device_get(m).items()}
                 dt = time.perf_counter() - t0

@@ -190,6 +190,29 @@ def _micro_step(params, ref_params, mb, denominator, *, model: Model, cfg: Learn
     return loss, metrics, grads
 
 
+def reference_logprobs(
+    ref_params: Mapping[str, jax.Array],
+    batch: Mapping[str, jax.Array],
+    *,
+    model: Model,
+    cfg: LearnerConfig,
+) -> jax.Array:
+    """The frozen reference's token logprobs of ``batch`` (B, T), run micro-batch by
+    micro-batch as the step runs its own (the same peak of activations): what
+    :func:`compile_reference` jits, so that the step is given them (``ref_logp_bt``)."""
+    keys = ("tokens_bt", "positions_bt", "targets_bt", "attn_bt", "segment_bt")
+    batch = {k: batch[k] for k in keys if k in batch}
+
+    def forward(mb):
+        return jax.lax.stop_gradient(token_logprobs(model, ref_params, mb, cfg)[0])
+
+    n = cfg.micro_batches
+    if n <= 1:
+        return forward(batch)
+    out = jax.lax.map(forward, micro_batches(batch, n))  # (n, B/n, T): rows m, m+n, ...
+    return jnp.swapaxes(out, 0, 1).reshape(-1, out.shape[-1])
+
+
 def train_step(
     state: TrainState, batch: Mapping[str, jax.Array], *, model: Model, cfg: LearnerConfig
 ) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -314,6 +337,24 @@ def compile_step(
         out_shardings=(state_sh, replicated),
         donate_argnums=(0,),
     )
+
+
+def compile_reference(model: Model, mesh: Mesh | None, cfg: LearnerConfig, state_sh: Any = None):
+    """:func:`reference_logprobs` jitted once: ``(ref_params, batch) -> ref_logp_bt``, the
+    reference's parameters sharded as the state holds them, the rows split as the
+    batch's. The learner runs it before the step when ``learner.reference_forward`` is
+    ``separate``."""
+    mesh = mesh if mesh is not None else one_device_mesh()
+    state_sh = state_sh if state_sh is not None else state_shardings(model, mesh, cfg)
+    if state_sh.ref_params is None:
+        raise ValueError("no reference to run: learner.kl_coef is 0")
+    rows = batch_sharding(mesh)
+
+    def forward(ref_params: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]):
+        with decoder.rows_sharded(rows):
+            return reference_logprobs(ref_params, batch, model=model, cfg=cfg)
+
+    return jax.jit(forward, in_shardings=(state_sh.ref_params, rows), out_shardings=rows)
 
 
 def place(x: Any, sharding: NamedSharding) -> jax.Array:

@@ -86,3 +86,22 @@ def step_logprobs(model: Model, seq: list[int], cfg=None, pad_to: int = 256) -> 
     from learner.training.step import row_logprobs
 
     return row_logprobs(model, seq, cfg, pad_to)
+
+
+class ListSource:
+    """A group source over a fixed list: every group once, in order; weights always load."""
+
+    def __init__(self, groups):
+        self.groups = groups
+
+    def take(self, n, consumed):
+        return [g for g in self.groups if g.group_id not in consumed][:n]
+
+    def committed(self, group_ids):
+        pass
+
+    def flush_acks(self):
+        pass
+
+    def push_weights(self, version, path):
+        return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -339,3 +340,67 @@ def test_the_steps_logprobs_are_at_the_sampling_temperature():
     assert load(None, ["inference.temperature=0"]).learner.temperature == 1.0
     both = ["inference.temperature=0.5", "learner.temperature=0.8"]
     assert load(None, both).learner.temperature == 0.8
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_the_reference_program_gives_the_whole_batch_s_logprobs_in_row_order(micro):
+    """``compile_reference`` (the reference run before the step, micro-batch by
+    micro-batch as the step runs its own) gives the logprobs of one forward pass over
+    the whole batch, row for row; with no KL term it refuses."""
+    import jax
+
+    from learner.model.params import get_params
+    from learner.training.sharding import make_mesh
+    from learner.training.step import compile_reference, new_state, place_batch, token_logprobs
+    from shared.config import LearnerConfig, MeshConfig
+    from tests.learner.helpers import small_model
+
+    model = small_model(seed=3)
+    rng = np.random.default_rng(1)
+    trajs = [
+        _traj("g", i, rng.integers(3, 4096, 20 + 3 * i), rng.random(20 + 3 * i) < 0.7,
+              -rng.random(20 + 3 * i), float(i % 2))
+        for i in range(4)
+    ]  # fmt: skip
+    arrays = pack([TrajectoryGroup("g", "t", trajs)], rows=4, buckets=(32,)).arrays
+    mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
+    cfg = LearnerConfig(kl_coef=0.1, micro_batches=micro)
+    state, sh = new_state(model, mesh, cfg)
+    got = compile_reference(model, mesh, cfg, sh)(state.ref_params, place_batch(arrays, mesh))
+    want = token_logprobs(model, get_params(model), arrays, cfg)[0]
+    assert got.shape == want.shape == arrays["tokens_bt"].shape
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+    with pytest.raises(ValueError, match="kl_coef is 0"):
+        compile_reference(model, mesh, LearnerConfig())
+
+
+def test_the_trainer_runs_the_reference_where_the_config_says_with_the_same_updates(tmp_path):
+    """``learner.reference_forward``: ``separate`` runs the reference as a program of its
+    own before each step, ``in_step`` inside the step; two steps of each give the same
+    KL terms and losses."""
+    from learner.training.loop import Trainer
+    from shared.config import from_dict
+    from tests.learner.helpers import ListSource
+    from tests.learner.step_child import groups as make_groups
+
+    metrics = {}
+    for where in ("separate", "in_step"):
+        cfg = from_dict(
+            {
+                "rollout": {"urls": ["http://unused"], "group_size": 4},
+                "learner": {"groups_per_step": 2, "steps": 2, "length_buckets": [16, 32],
+                            "warmup_steps": 0, "kl_coef": 0.5, "reference_forward": where},
+                "logging": {"trackers": ["jsonl"], "progress": False},
+            }
+        )  # fmt: skip
+        trainer = Trainer(cfg, tmp_path / where)
+        assert (trainer.ref_fn is not None) == (where == "separate")
+        trainer.run(ListSource(make_groups(0, 4, 4)))
+        trainer.close()
+        lines = (tmp_path / where / "metrics.jsonl").read_text().splitlines()
+        metrics[where] = [json.loads(x) for x in lines if '"loss"' in x]
+    assert [m["step"] for m in metrics["separate"]] == [1, 2]
+    assert metrics["separate"][1]["kl_ref"] > 1e-5  # one update moved the policy: a KL term
+    for a, b in zip(metrics["separate"], metrics["in_step"], strict=True):
+        for key in ("loss", "kl_ref"):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-7, err_msg=key)

@@ -14,6 +14,7 @@ import pytest
 
 from learner.training.trackers import INSTALL, TrackerError, Trackers, flatten, numbers
 from shared.config import ConfigError, LoggingConfig, from_dict, load
+from tests.learner.helpers import ListSource
 from tests.learner.step_child import groups as make_groups
 
 STEPS, GROUPS_PER_STEP, G = 3, 2, 4
@@ -140,25 +141,6 @@ def test_numbers_are_flattened_with_slashes_and_only_finite_numbers_kept():
 
 
 # ----------------------------------------------------------------------------- integration
-
-
-class ListSource:
-    """A group source over a fixed list: every group once, in order; weights always load."""
-
-    def __init__(self, groups):
-        self.groups = groups
-
-    def take(self, n, consumed):
-        return [g for g in self.groups if g.group_id not in consumed][:n]
-
-    def committed(self, group_ids):
-        pass
-
-    def flush_acks(self):
-        pass
-
-    def push_weights(self, version, path):
-        return []
 
 
 def _results() -> dict[str, dict]:
