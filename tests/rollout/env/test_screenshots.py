@@ -33,6 +33,8 @@ let n = 0; const tick = () => {{ document.getElementById('t').textContent = Stri
     "/smooth": f"<html><head><style>html {{ scroll-behavior: smooth }}</style></head><body>{ROWS}</body></html>",
 }
 GREEN = (0, 200, 0)
+# /colour on 127.0.0.1 and on 127.0.0.2 (another site: another renderer process)
+COLOURS = {"127.0.0.1": (0, 0, 200), "127.0.0.2": (200, 0, 0)}
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -40,19 +42,32 @@ async def site():
     async def page(request):
         return web.Response(text=PAGES[request.path], content_type="text/html")
 
+    async def colour(request):
+        rgb = COLOURS[request.host.split(":")[0]]
+        body = f"<html><body style='background: rgb{rgb}'>{ROWS}</body></html>"
+        return web.Response(text=body, content_type="text/html")
+
     app = web.Application()
     for path in PAGES:
         app.router.add_get(path, page)
+    app.router.add_get("/colour", colour)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     s = web.TCPSite(runner, "127.0.0.1", 0)
     await s.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    port = runner.addresses[0][1]
+    await web.TCPSite(runner, "127.0.0.2", port).start()
+    yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
 
 
+def other_site(site: str) -> str:
+    return site.replace("127.0.0.1", "127.0.0.2")
+
+
 def config(site: str, **over) -> EnvConfig:
-    return EnvConfig(**{"allowed_hosts": (site.split("//")[1],), "action_timeout_s": 5.0, **over})
+    hosts = (site.split("//")[1], other_site(site).split("//")[1])
+    return EnvConfig(**{"allowed_hosts": hosts, "action_timeout_s": 5.0, **over})
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -170,3 +185,16 @@ async def test_screenshots_go_over_an_uncompressed_channel_of_the_lease(pool, si
         e.lease.devtools_port = port
         assert (await e.env.step("screenshot()")).observation.screenshot[:4] == b"\x89PNG"
     assert e.lease._devtools is None  # closed with the lease
+
+
+async def test_the_channel_follows_the_page_to_another_site_and_back(pool, site):
+    """A navigation to another site moves the page to another renderer process; the
+    screenshots' session on the page's target goes on showing what the page shows."""
+    async with Env(pool, site, "/colour") as e:
+        assert pixels(e.env.first.screenshot, COLOURS["127.0.0.1"]) > 1280 * 720 // 2
+        for url, host in [(other_site(site), "127.0.0.2"), (site, "127.0.0.1")]:
+            o = (await e.env.step(f'goto("{url}/colour")')).observation
+            assert o.error is None and o.url.startswith(url)
+            assert pixels(o.screenshot, COLOURS[host]) > 1280 * 720 // 2
+            o = (await e.env.step('scroll("down")')).observation
+            assert pixels(o.screenshot, COLOURS[host]) > 1280 * 720 // 2
