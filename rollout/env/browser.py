@@ -107,6 +107,7 @@ class PlaywrightBackend:
         self.scrolled = False  # the last scroll action moved the view
         self._report: str | None = None  # what a history move did, for the observation
         self._problem: str | None = None  # an error shown with the page's text
+        self._extracted: str | None = None  # what extract_text read, for the observation
 
     @property
     def url(self) -> str | None:
@@ -197,6 +198,7 @@ class PlaywrightBackend:
         try:
             navigations = self.navigations
             self.frames_moved = []
+            acted_on, acted_url = self.page, self.page.url
             shot = await self._do(action)
             may_navigate = isinstance(action, Click | SomClick | SomType)
             await self._after_navigation(navigations, deadline, may_navigate)
@@ -204,6 +206,13 @@ class PlaywrightBackend:
                 await self._after_scroll()
             await self._settle(deadline if replayer is not None else None)
             obs = await self._observe()
+            if self.page is not acted_on and isinstance(action, ExtractText | Screenshot):
+                # a popup or a new tab became the current page while the action ran
+                what = "text" if isinstance(action, ExtractText) else "screenshot"
+                self._report = (
+                    f"a new tab opened and is the current page now; the {what} is of "
+                    f"{acted_url}, the page before it"
+                )
             if self.lease.recorder is not None:  # recording: the bodies are read before
                 # the next action can navigate away from them
                 await self.lease.recorder.settle(max(0.5, deadline - loop.time()))
@@ -453,7 +462,7 @@ class PlaywrightBackend:
 
     async def _observe(self) -> Observation:
         page = self.page
-        extracted, self._extracted = getattr(self, "_extracted", None), None
+        extracted, self._extracted = self._extracted, None
         if extracted is not None:
             text, title = extracted, await page.title()
             page_text = await self._page_text(None)
@@ -549,8 +558,8 @@ class SomBackend(PlaywrightBackend):
         self.screenshots = screenshots
         self.last_screenshot: bytes | None = None  # the latest marked view, for the dashboard
         self.shown: frozenset[int] = frozenset()  # the numbers the last observation showed
-        # (pass, layout, marked shot, page text) taken during a scroll's wait
-        self._early: tuple[dict, dict, bytes, str] | None = None
+        # (page, pass, layout, marked shot, page text) taken during a scroll's wait
+        self._early: tuple[Page, dict, dict, bytes, str] | None = None
 
     @property
     def _shoots(self) -> bool:
@@ -563,9 +572,9 @@ class SomBackend(PlaywrightBackend):
             return await super().act(action)
         finally:
             if self._early is not None:  # the action failed after the early capture
-                self._early = None
+                page, self._early = self._early[0], None
                 with contextlib.suppress(PlaywrightError):
-                    await self.page.evaluate(UNWATCH_JS)
+                    await page.evaluate(UNWATCH_JS)
 
     async def _after_scroll(self) -> None:
         """With screenshots on, the scroll's two-frame wait is also the capture's: the
@@ -598,7 +607,7 @@ class SomBackend(PlaywrightBackend):
             raise
         shot, page_text, _ = done
         if before is not None:
-            self._early = (view, before, shot, page_text)
+            self._early = (page, view, before, shot, page_text)
         else:  # nothing could watch this page: read it again after the wait
             await page.evaluate(UNWATCH_JS)
 
@@ -658,8 +667,12 @@ class SomBackend(PlaywrightBackend):
         early, self._early = self._early, None
         if early is None:
             return None
-        view, before, shot, page_text = early
-        now = await self.page.evaluate(UNWATCH_JS)
+        page, view, before, shot, page_text = early
+        if page is not self.page:  # a popup became current: the marks come off the old page
+            with contextlib.suppress(PlaywrightError):
+                await page.evaluate(UNWATCH_JS)
+            return None
+        now = await page.evaluate(UNWATCH_JS)
         still = (
             now is not None
             and now["n"] == 0

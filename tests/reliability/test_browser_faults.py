@@ -165,7 +165,7 @@ async def test_popups_and_target_blank_become_the_current_page(pool, web_url, ho
     (env, other), leases = await _pair(pool, web_url, hostile)
     try:
         await env.step(f'goto("{hostile}/popup")')  # window.open from a script
-        await asyncio.sleep(0.3)
+        await _current_page_is(env, f"{hostile}/landing")  # opened 10 ms after the load
         r = await env.step('extract_text("body")')
         assert "landed here" in r.text and "Error:" not in r.text, r.text[:300]
         await env.step(f'goto("{hostile}/tab")')  # a target=_blank link clicked
@@ -173,6 +173,45 @@ async def test_popups_and_target_blank_become_the_current_page(pool, web_url, ho
         assert "landed here" in r.text and "Error:" not in r.text, r.text[:300]
         await _bystander_ok(other, web_url)
         row["observed"] = "the opened tab is current: " + r.text.splitlines()[-1][:80]
+    finally:
+        await _close([env, other], leases)
+
+
+async def _current_page_is(env, url: str, within_s: float = 10.0) -> None:
+    """Wait until the episode's current page is the one at ``url`` (a popup adopted)."""
+    deadline = time.monotonic() + within_s
+    while env.backend.page.url != url:
+        assert time.monotonic() < deadline, f"still on {env.backend.page.url} after {within_s} s"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_tab_opened_while_text_is_extracted_is_named_with_the_page_read(
+    pool, web_url, hostile
+):
+    """A popup that becomes the current page while ``extract_text`` runs: the observation
+    shows the text with the URL of the new page and says which page the text is of."""
+    (env, other), leases = await _pair(pool, web_url, hostile)
+    try:
+        await env.step(f'goto("{hostile}/tab")')
+        be, real = env.backend, env.backend._do
+
+        async def then_a_tab_opens(action):
+            out = await real(action)
+            page = await be.lease.context.new_page()  # the context's page event: adopted
+            await page.goto(f"{hostile}/landing")
+            return out
+
+        be._do = then_a_tab_opens
+        r = await env.step('extract_text("body")')
+        be._do = real
+        o = r.observation
+        assert o.text == "open" and o.url == f"{hostile}/landing" and o.error is None
+        assert o.note == (
+            f"a new tab opened and is the current page now; the text is of {hostile}/tab, "
+            "the page before it"
+        )
+        r = await env.step('extract_text("body")')  # the next action: the new page
+        assert r.observation.text == "landed here" and not r.observation.note
     finally:
         await _close([env, other], leases)
 
