@@ -186,10 +186,15 @@ async def _current_page_is(env, url: str, within_s: float = 10.0) -> None:
 
 
 async def test_a_tab_opened_while_text_is_extracted_is_named_with_the_page_read(
-    pool, web_url, hostile
+    pool, web_url, hostile, fault
 ):
-    """A popup that becomes the current page while ``extract_text`` runs: the observation
-    shows the text with the URL of the new page and says which page the text is of."""
+    """A tab that becomes the current page while ``extract_text`` or ``screenshot`` runs:
+    the observation shows the result with the URL of the new page and says which page
+    the text or image is of."""
+    row = fault(
+        "a tab that opens while extract_text or screenshot runs",
+        "the result, with a note naming the page it is of",
+    )
     (env, other), leases = await _pair(pool, web_url, hostile)
     try:
         await env.step(f'goto("{hostile}/tab")')
@@ -212,6 +217,16 @@ async def test_a_tab_opened_while_text_is_extracted_is_named_with_the_page_read(
         )
         r = await env.step('extract_text("body")')  # the next action: the new page
         assert r.observation.text == "landed here" and not r.observation.note
+        be._do = then_a_tab_opens  # the same during a screenshot
+        r = await env.step("screenshot()")
+        be._do = real
+        assert r.observation.screenshot[:4] == b"\x89PNG"
+        assert r.observation.note == (
+            f"a new tab opened and is the current page now; the screenshot is of "
+            f"{hostile}/landing, the page before it"
+        )
+        await _bystander_ok(other, web_url)
+        row["observed"] = "Note: " + o.note
     finally:
         await _close([env, other], leases)
 
