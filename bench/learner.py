@@ -121,6 +121,13 @@ def seconds_per_step(step, state, batch, steps: int) -> tuple[float, dict]:
     return (time.perf_counter() - t0) / steps, m
 
 
+def short_batch(mesh, vocab: int) -> tuple[dict, float]:
+    """The short rows' batch, placed on ``mesh``: 4 groups of 4 trajectories packed into
+    16 rows of 256 tokens; (batch, its tokens)."""
+    packed = pack(groups(4, 4, 256, vocab), rows=16, buckets=(256,))
+    return place_batch(packed.arrays, mesh), float(np.asarray(packed.arrays["attn_bt"]).sum())
+
+
 def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     cfg_model = tiny_config(**overrides)
     model = Model(cfg_model, rngs=nnx.Rngs(0))
@@ -129,10 +136,7 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     state, shardings = new_state(model, mesh, cfg)
     step = compile_step(model, mesh, cfg, shardings)
-    rows = 16
-    packed = pack(groups(rows // 4, 4, 256, cfg_model.vocab_size), rows=rows, buckets=(256,))
-    batch = place_batch(packed.arrays, mesh)
-    tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
+    batch, tokens = short_batch(mesh, cfg_model.vocab_size)
     dt, _ = seconds_per_step(step, state, batch, steps)
     gflops = 6 * n_params * tokens / dt / 1e9
     return {
@@ -156,10 +160,7 @@ def measure_reference(name: str, overrides: dict, steps: int) -> dict:
     state, shardings = new_state(model, mesh, cfg)
     step = compile_step(model, mesh, cfg, shardings)
     ref = compile_reference(model, mesh, cfg, shardings)
-    rows = 16
-    packed = pack(groups(rows // 4, 4, 256, cfg_model.vocab_size), rows=rows, buckets=(256,))
-    batch = place_batch(packed.arrays, mesh)
-    tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
+    batch, tokens = short_batch(mesh, cfg_model.vocab_size)
 
     def separate(state, batch):
         return step(state, {**batch, "ref_logp_bt": ref(state.ref_params, batch)})

@@ -204,7 +204,7 @@ def reference_logprobs(
     batch = {k: batch[k] for k in keys if k in batch}
 
     def forward(mb):
-        return jax.lax.stop_gradient(token_logprobs(model, ref_params, mb, cfg)[0])
+        return token_logprobs(model, ref_params, mb, cfg)[0]
 
     n = cfg.micro_batches
     if n <= 1:

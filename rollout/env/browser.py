@@ -592,15 +592,14 @@ class SomBackend(PlaywrightBackend):
             raise
         try:
             before = await page.evaluate(WATCH_JS)
-            done = await asyncio.gather(
-                self._capture(),
-                self._page_text(view),
-                page.evaluate(_FRAMES_JS),
-                return_exceptions=True,
+            done = _raise_first(
+                await asyncio.gather(
+                    self._capture(),
+                    self._page_text(view),
+                    page.evaluate(_FRAMES_JS),
+                    return_exceptions=True,
+                )
             )
-            for r in done:
-                if isinstance(r, BaseException):
-                    raise r
         except BaseException:
             with contextlib.suppress(PlaywrightError):
                 await page.evaluate(UNWATCH_JS)
@@ -700,10 +699,7 @@ class SomBackend(PlaywrightBackend):
                 self._capture(), self._page_text(None), return_exceptions=True
             )
             await page.evaluate(REMOVE_OVERLAY_JS)
-            for r in done:
-                if isinstance(r, BaseException):
-                    raise r
-            shot, page_text = done
+            shot, page_text = _raise_first(done)
             self.last_screenshot = shot
         else:
             page_text = await self._page_text(None)  # a text-only pass keeps the numbers
@@ -720,6 +716,14 @@ class SomBackend(PlaywrightBackend):
             text, url=page.url, title=title, summary=_summary(page.url, title),
             screenshot=shot, page_text=page_text, elements=elements,
         )  # fmt: skip
+
+
+def _raise_first(results: list) -> list:
+    """``asyncio.gather(..., return_exceptions=True)``'s results; its first exception raised."""
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
 
 
 async def run_labeller(page: Page, opts: dict, overlay: bool = False) -> dict:

@@ -104,8 +104,5 @@ class DevTools:
             await self._ws.close()
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._reader
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(DevToolsError("the DevTools channel is closed"))
+            await self._reader  # its finally fails the calls in flight
         await self._http.close()
