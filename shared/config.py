@@ -214,6 +214,13 @@ class EnvConfig:
         "Encode screenshots for speed (Chromium's optimizeForSpeed: a faster PNG "
         "compression, ~25% larger files) rather than for size.",
     )
+    frame_clock: Literal["chromium", "environment"] = option(
+        "chromium",
+        "Who draws the browser's frames: `chromium`, its own 60 Hz compositor clock (a "
+        "screenshot waits a frame or two for it); `environment`, the environment, with "
+        "HeadlessExperimental.beginFrame: 60 frames a second while it acts, a few between "
+        "actions, and one drawn at once for each screenshot (about twice as fast).",
+    )
     observation: Literal["text", "axtree"] = option(
         "text",
         "What browser observations show: `text`, the page's text as rendered with the "

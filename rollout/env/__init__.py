@@ -188,6 +188,7 @@ async def browser_pool(
             recycle_after=rollout.recycle_after,
             executable=env.browser_path,
             args=(*DEFAULT_ARGS, *proxy.browser_args),
+            frame_clock=env.frame_clock,
         )
     )
     pool.egress, pool.net = proxy, net  # episode_lease opens channels and archives on them

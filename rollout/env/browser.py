@@ -43,6 +43,7 @@ from rollout.agent.actions import (
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.devtools import DevToolsError
+from rollout.env.frames import FrameError
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
@@ -187,6 +188,13 @@ class PlaywrightBackend:
     # ------------------------------------------------------------------ actions
 
     async def act(self, action: Action) -> Observation:
+        frames = self.lease.frames
+        if frames is None:  # Chromium's own clock draws the frames
+            return await self._act(action)
+        async with frames.acting():  # the environment's (rollout.env.frames)
+            return await self._act(action)
+
+    async def _act(self, action: Action) -> Observation:
         self.refused.clear()
         self.dialogs.clear()
         self._report = self._problem = None
@@ -203,9 +211,11 @@ class PlaywrightBackend:
             may_navigate = isinstance(action, Click | SomClick | SomType)
             await self._after_navigation(navigations, deadline, may_navigate)
             if isinstance(action, Scroll | SomScroll) and self.scrolled:
-                await self._after_scroll()
+                async with self._quiet():
+                    await self._after_scroll()
             await self._settle(deadline if replayer is not None else None)
-            obs = await self._observe()
+            async with self._quiet():
+                obs = await self._observe()
             if self.page is not acted_on and isinstance(action, ExtractText | Screenshot):
                 # a popup or a new tab became the current page while the action ran
                 what = "text" if isinstance(action, ExtractText) else "screenshot"
@@ -237,6 +247,20 @@ class PlaywrightBackend:
             await self._quiesce()
             raise ToolError(self._explain(action, e)) from None
         return self._decorate(obs, shot)
+
+    def _quiet(self) -> contextlib.AbstractAsyncContextManager:
+        """While the page is read: no frames but those asked for (FrameClock.quiet)."""
+        frames = self.lease.frames
+        return frames.quiet() if frames is not None else contextlib.nullcontext()
+
+    async def _frames_wait(self, page: Page) -> None:
+        """Two animation frames of ``page``: Chromium's next two, or with the
+        environment's clock two drawn at once (FrameClock.through)."""
+        frames = self.lease.frames
+        if frames is None:
+            await page.evaluate(_FRAMES_JS)
+        else:
+            await frames.through(page, page.evaluate(_FRAMES_JS))
 
     async def _after_navigation(self, navigations: int, deadline: float, wait: bool) -> None:
         """Wait for the navigation the action caused, if any: its start (after a click,
@@ -308,11 +332,23 @@ class PlaywrightBackend:
         socket deflates every reply, ~20 ms of a PNG's cost). ``page.screenshot`` costs
         more per shot still (it waits for web fonts and restyles every frame to hide the
         caret, round trips each) for nothing a policy would see. Errors come as
-        Playwright's, so ``act`` explains them as it does any other."""
+        Playwright's, so ``act`` explains them as it does any other. With the
+        environment's frame clock (env.frame_clock, ``rollout.env.frames``) the image is
+        of a frame drawn at once instead: no wait for Chromium's next frames."""
         page, o = self.page, self.shot_options
         params: dict = {"format": o.format, "optimizeForSpeed": o.fast}
         if o.format != "png":
             params["quality"] = o.quality
+        if self.lease.frames is not None:  # a frame drawn now, with its image
+            try:
+                async with asyncio.timeout(self.timeout_ms / 1000):
+                    return await self.lease.frames.frame(page, screenshot=params)
+            except TimeoutError:
+                raise PlaywrightTimeout(
+                    f"Timeout {self.timeout_ms}ms exceeded taking a screenshot"
+                ) from None
+            except (FrameError, OSError, aiohttp.ClientError) as e:
+                raise PlaywrightError(f"screenshot failed: {e}") from None
         try:
             async with asyncio.timeout(self.timeout_ms / 1000):
                 dt = await self.lease.devtools()
@@ -412,7 +448,7 @@ class PlaywrightBackend:
         """What the page does when scrolled (its scroll and intersection observers, lazy
         loading) starts by the next frame: two animation frames before it is read. A
         scroll that moved nothing (up at the top) has nothing to wait for."""
-        await self.page.evaluate(_FRAMES_JS)
+        await self._frames_wait(self.page)
 
     async def _settle(self, until: float | None = None) -> None:
         """Give the page's own requests (JavaScript fetching content) a moment to finish:
@@ -431,7 +467,7 @@ class PlaywrightBackend:
             waited = True
             await asyncio.sleep(0.01)
         if waited:  # the page's handlers for what arrived run before it is read
-            await self.page.evaluate(_FRAMES_JS)
+            await self._frames_wait(self.page)
 
     async def _label(self, marks: bool, overlay: bool = False) -> dict:
         """The labeller's pass: the text from where the view starts, within the budget."""
@@ -582,8 +618,8 @@ class SomBackend(PlaywrightBackend):
         whole page's text read while the page's observers run; the observation keeps
         them only if the page held still meanwhile (``_early_shot``). Without, the wait
         alone."""
-        if not self._shoots:
-            return await super()._after_scroll()
+        if not self._shoots or self.lease.frames is not None:  # (the environment's clock
+            return await super()._after_scroll()  # draws the two frames at once)
         page = self.page
         try:
             view = await self._label(marks=True, overlay=True)
@@ -596,7 +632,7 @@ class SomBackend(PlaywrightBackend):
                 await asyncio.gather(
                     self._capture(),
                     self._page_text(view),
-                    page.evaluate(_FRAMES_JS),
+                    self._frames_wait(page),
                     return_exceptions=True,
                 )
             )
@@ -685,6 +721,11 @@ class SomBackend(PlaywrightBackend):
         shoot = self._shoots
         try:
             early = await self._early_shot()
+            page_text = None
+            if shoot and not early and self.lease.frames is not None:
+                # the frame is drawn now: no wait for the text to hide in, and the text
+                # read with the marks drawn would redo the layout they changed
+                page_text = await self._page_text(None)
             # with screenshots on, the same call draws the marks (OVERLAY_JS)
             view = early[0] if early else await self._label(marks=True, overlay=shoot)
         except PlaywrightError:
@@ -693,6 +734,12 @@ class SomBackend(PlaywrightBackend):
         shot = None
         if early:
             _, shot, page_text = early
+            self.last_screenshot = shot
+        elif page_text is not None:
+            try:
+                shot = await self._capture()
+            finally:
+                await page.evaluate(REMOVE_OVERLAY_JS)
             self.last_screenshot = shot
         elif shoot:  # the capture overlaps the text pass: the compositor draws, the page reads
             done = await asyncio.gather(

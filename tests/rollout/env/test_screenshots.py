@@ -1,6 +1,7 @@
 """Screenshots in real Chromium: the scroll's capture taken during its wait (kept only if
 the page held still), scrolls that move nothing or glide, and the uncompressed channel."""
 
+import asyncio
 import io
 
 import numpy as np
@@ -10,6 +11,7 @@ from aiohttp import web
 from PIL import Image
 
 from rollout.env import browser_pool, make_env
+from rollout.env.frames import IDLE_HZ
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
@@ -70,10 +72,14 @@ def config(site: str, **over) -> EnvConfig:
     return EnvConfig(**{"allowed_hosts": hosts, "action_timeout_s": 5.0, **over})
 
 
-@pytest_asyncio.fixture(scope="module")
-async def pool(site):
+@pytest_asyncio.fixture(scope="module", params=["chromium", "environment"])
+async def pool(site, request):
+    """Every test with Chromium's frame clock and with the environment's
+    (rollout.env.frames): what the observations show must not depend on it."""
     async with browser_pool(
-        site, config(site), RolloutConfig(browsers=1, contexts_per_browser=2)
+        site,
+        config(site, frame_clock=request.param),
+        RolloutConfig(browsers=1, contexts_per_browser=2),
     ) as p:
         yield p
 
@@ -137,7 +143,9 @@ async def test_a_page_that_changes_during_the_wait_is_shot_again(pool, site):
     async with Env(pool, site, "/ticker") as e:
         first = e.captures
         await e.env.step('scroll("down")')
-        assert e.captures - first == 2  # it changed after the marks were drawn: shot again
+        # it changed after the marks were drawn: shot again (the environment's clock draws
+        # the two frames before the page is read, so it takes one shot, after them)
+        assert e.captures - first == (2 if pool.config.frame_clock == "chromium" else 1)
         assert await page_state(e) == {"y": 576, "overlay": False, "watching": False}
     # a change made while the environment waits after the scroll (the page turns green
     # on the frame after its scroll event) is in the shot, whichever capture it is
@@ -198,3 +206,35 @@ async def test_the_channel_follows_the_page_to_another_site_and_back(pool, site)
             assert pixels(o.screenshot, COLOURS[host]) > 1280 * 720 // 2
             o = (await e.env.step('scroll("down")')).observation
             assert pixels(o.screenshot, COLOURS[host]) > 1280 * 720 // 2
+
+
+async def test_the_environment_s_clock_draws_frames_only_as_needed(pool, site):
+    """With frames issued by the environment: screenshots are frames drawn at once; pages
+    of two episodes on one browser never have frames drawn at the same time (that crashes
+    Chromium's GPU process); a page busy in a script does not hold the others' frames."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with Env(pool, site, "/static") as a, Env(pool, site, "/flash") as b:
+        assert a.lease.frames is not None and a.lease.frames._lock is b.lease.frames._lock
+        pa, pb = a.env.backend.page, b.env.backend.page
+        # both clocks at their acting rate, screenshots of both pages at once
+        async with a.lease.frames.acting(), b.lease.frames.acting():
+            steps = await asyncio.gather(a.env.step('scroll("down")'), b.env.step('scroll("down")'))
+            steps += await asyncio.gather(a.env.step('scroll("up")'), b.env.step('scroll("up")'))
+        assert all(s.observation.screenshot[:4] == b"\x89PNG" for s in steps)
+        assert not (a.lease.browser_lost or b.lease.browser_lost)
+        # frames between steps: the idle rate (a few a second), not sixty
+        n = a.lease.frames.frames
+        await asyncio.sleep(2.0)
+        assert 1 <= a.lease.frames.frames - n <= 2 * 2 * IDLE_HZ
+        # a page whose script runs for 3 s: its frame and the other page's are drawn (a
+        # frame not drawn in FRAME_TIMEOUT_S raises), not held until the script ends
+        await pb.evaluate(
+            "setTimeout(() => { const t = Date.now(); while (Date.now() - t < 3000) {} }, 0)"
+        )
+        await asyncio.sleep(0.1)
+        await b.lease.frames.frame(pb)
+        await a.lease.frames.frame(pa)
+        assert await pa.evaluate("1") == 1
+        o = (await a.env.step('scroll("down")')).observation
+        assert o.error is None and pixels(o.screenshot, (0xE0, 0x11, 0x5F)) > 0

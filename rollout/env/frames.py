@@ -1,0 +1,242 @@
+"""Frames issued by the environment instead of Chromium's 60 Hz clock (env.frame_clock).
+
+Chromium draws a page at its compositor's next frame, and ``Page.captureScreenshot``
+hands the view over a frame or two after it is asked: on a 2-core machine ~45-50 ms a
+shot whatever is captured, most of it waiting for the clock (a 10 x 10 pixel capture
+costs the same as the whole view). With ``--enable-begin-frame-control`` and
+``--run-all-compositor-stages-before-draw`` Chromium draws no frame until one is asked
+for with ``HeadlessExperimental.beginFrame``, and that call can carry a screenshot of
+the frame it draws: a capture is then one frame drawn now (~20 ms on the same machine).
+
+The price is that every frame, not only a screenshot's, must now be issued by someone:
+``requestAnimationFrame``, CSS animations, intersection observers and Playwright's own
+actionability checks wait for frames. :class:`FrameClock` issues them for every page of
+one lease's context, over the lease's DevTools channel (``rollout.env.devtools``):
+
+- ``ACTING_HZ`` (60, Chromium's own rate) while the environment acts on the lease
+  (``async with clock.acting():`` around each action and its observation);
+- ``IDLE_HZ`` between actions, when no one is expected to read the page: its scripts and
+  network run as ever, its rendering (animation frames, observers, animations) advances
+  a few times a second, so a page the agent has not acted on does not change under it
+  much, and an idle page costs a few frames a second instead of sixty;
+- one at once for a screenshot (:meth:`FrameClock.frame` with ``screenshot``).
+
+One frame at a time per page (a lock): a screenshot waits at most for the frame in
+flight. A page that does not answer a frame in ``FRAME_TIMEOUT_S`` (its main thread
+busy, a navigation swapping its renderer) is asked again at the next tick; a page that
+closes is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import aiohttp
+from playwright.async_api import Error as PlaywrightError
+
+from rollout.env.devtools import DevTools, DevToolsError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from playwright.async_api import BrowserContext, Page
+
+# the browser's switches for frames issued by the environment (PoolConfig.frame_clock)
+BEGIN_FRAME_ARGS = ("--enable-begin-frame-control", "--run-all-compositor-stages-before-draw")
+ACTING_HZ = 60.0  # while the environment acts: Chromium's own rate
+IDLE_HZ = 4.0  # between actions
+T = TypeVar("T")
+FRAME_TIMEOUT_S = 2.0  # a frame not drawn by then is given up and asked for again
+
+
+class FrameError(Exception):
+    """A frame (or its screenshot) the browser did not draw."""
+
+
+@dataclass(eq=False)
+class _Target:
+    session: str
+    devtools: DevTools
+
+
+class FrameClock:
+    """The frames of one browser context's pages; see the module's docstring.
+
+    ``await clock.start()``; ``async with clock.acting(): ...``; ``await clock.frame(page,
+    screenshot={...})`` gives the PNG/JPEG/WebP bytes of a frame drawn now;
+    ``await clock.close()`` stops issuing frames (the context closes after it)."""
+
+    def __init__(
+        self,
+        context: BrowserContext,
+        devtools: Callable[[], Awaitable[DevTools]],
+        *,
+        acting_hz: float = ACTING_HZ,
+        idle_hz: float = IDLE_HZ,
+        lock: asyncio.Lock | None = None,
+    ):
+        self.context, self._devtools = context, devtools
+        # Frames of two pages of one browser drawn at once crash its GPU process ("Got
+        # overlapping IssueExternalBeginFrame"), and a page's second frame asked for while
+        # its first is drawn is refused: the pool gives every clock of a browser its lock
+        self._lock = lock if lock is not None else asyncio.Lock()
+        self.acting_interval, self.idle_interval = 1.0 / acting_hz, 1.0 / idle_hz
+        self._targets: dict[Page, _Target] = {}
+        self._tasks: dict[Page, asyncio.Task] = {}
+        self._acting = 0
+        self._quiet = 0
+        self._busy = asyncio.Event()  # set while acting: idle waits end at once
+        self._closed = False
+        self.frames = 0  # frames drawn (every page), for tests and benchmarks
+
+    async def start(self) -> None:
+        self.context.on("page", self._track)
+        for page in self.context.pages:
+            self._track(page)
+
+    @contextlib.asynccontextmanager
+    async def acting(self) -> AsyncIterator[None]:
+        """Frames at ``ACTING_HZ`` for the duration (nested and concurrent uses count)."""
+        self._acting += 1
+        self._busy.set()
+        try:
+            yield
+        finally:
+            self._acting -= 1
+            if self._acting == 0:
+                self._busy.clear()
+
+    @contextlib.asynccontextmanager
+    async def quiet(self) -> AsyncIterator[None]:
+        """No frames but those asked for (:meth:`frame`, :meth:`through`) for the
+        duration: an observation reads the page's DOM and layout, which need no frame, and
+        its screenshot is then the one frame drawn, not the second in a row."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    async def through(self, page: Page, waiting: Awaitable[T]) -> T:
+        """``waiting`` (a script waiting for animation frames, say), with ``page``'s
+        frames drawn back to back until it is done: two animation frames cost two frames
+        drawn, not two ticks of a 60 Hz clock."""
+        task = asyncio.ensure_future(waiting)
+        try:
+            while not task.done():
+                try:
+                    await self.frame(page)
+                except FrameError:  # not drawn now: the page's own pace, until it is done
+                    await asyncio.wait({task}, timeout=self.acting_interval)
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def frame(self, page: Page, screenshot: dict | None = None) -> bytes | None:
+        """Draw one frame of ``page`` now; with ``screenshot`` (``format``, ``quality``,
+        ``optimizeForSpeed``, as ``Page.captureScreenshot`` takes them) the image of that
+        frame. Raises :class:`FrameError` when the browser does not draw it."""
+        if self._closed:
+            raise FrameError("the frame clock is closed")
+        params: dict = {"interval": self.acting_interval * 1000}
+        if screenshot is not None:
+            params["screenshot"] = screenshot
+        await self._lock.acquire()  # one frame at a time in the whole browser (__init__)
+        try:
+            target = await self._target(page)
+            drawn = asyncio.ensure_future(
+                target.devtools.send(
+                    "HeadlessExperimental.beginFrame", params, session=target.session
+                )
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+        # the lock is the browser's until it answers, even if this call stops waiting
+        drawn.add_done_callback(self._answered)
+        try:
+            r = await asyncio.wait_for(asyncio.shield(drawn), FRAME_TIMEOUT_S)
+        except TimeoutError:
+            raise FrameError(f"no frame drawn in {FRAME_TIMEOUT_S} s") from None
+        except DevToolsError as e:
+            self._targets.pop(page, None)  # attach again next time
+            raise FrameError(f"the frame failed: {e}") from None
+        self.frames += 1
+        if screenshot is None:
+            return None
+        data = r.get("screenshotData")
+        if data is None:
+            raise FrameError("the frame was drawn without its screenshot")
+        return base64.b64decode(data)
+
+    def _answered(self, drawn: asyncio.Future) -> None:
+        self._lock.release()
+        if not drawn.cancelled():
+            drawn.exception()  # retrieved: a caller that stopped waiting has been told
+
+    async def close(self) -> None:
+        self._closed = True
+        self.context.remove_listener("page", self._track)
+        tasks = list(self._tasks.values())
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        self._targets.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    def _track(self, page: Page) -> None:
+        if self._closed or page in self._tasks:
+            return
+        self._tasks[page] = asyncio.create_task(self._tick(page), name="frame-clock")
+        page.once("close", lambda p: self._forget(p))
+
+    def _forget(self, page: Page) -> None:
+        self._targets.pop(page, None)
+        task = self._tasks.pop(page, None)
+        if task is not None:
+            task.cancel()
+
+    async def _target(self, page: Page) -> _Target:
+        target = self._targets.get(page)
+        try:
+            dt = await self._devtools()
+        except (OSError, aiohttp.ClientError, TimeoutError) as e:
+            raise FrameError(f"cannot open the DevTools channel: {e}") from None
+        if target is None or target.devtools is not dt:
+            try:
+                own = await self.context.new_cdp_session(page)
+                try:
+                    info = await own.send("Target.getTargetInfo")
+                finally:
+                    with contextlib.suppress(PlaywrightError):
+                        await own.detach()
+                session = await dt.attach(info["targetInfo"]["targetId"])
+            except (PlaywrightError, DevToolsError) as e:
+                raise FrameError(f"cannot reach the page's target: {e}") from None
+            target = self._targets[page] = _Target(session, dt)
+        return target
+
+    async def _tick(self, page: Page) -> None:
+        """One page's frames, at the acting or the idle rate, until it closes."""
+        loop = asyncio.get_running_loop()
+        while not (self._closed or page.is_closed()):
+            began = loop.time()
+            if not self._quiet:
+                with contextlib.suppress(Exception):  # a page that did not draw: the next tick
+                    await self.frame(page)
+            if self._acting:
+                await asyncio.sleep(max(0.0, self.acting_interval - (loop.time() - began)))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._busy.wait(), self.idle_interval)
