@@ -42,7 +42,7 @@ from rollout.agent.actions import (
     SomType,
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
-from rollout.env.devtools import DevToolsError
+from rollout.env.devtools import DevToolsError, page_target_id
 from rollout.env.frames import FrameError
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
@@ -353,12 +353,8 @@ class PlaywrightBackend:
             async with asyncio.timeout(self.timeout_ms / 1000):
                 dt = await self.lease.devtools()
                 if self._cdp is None or self._cdp[0] is not page or self._cdp[1] is not dt:
-                    own = await self.lease.context.new_cdp_session(page)
-                    try:
-                        info = await own.send("Target.getTargetInfo")
-                    finally:
-                        await own.detach()
-                    self._cdp = (page, dt, await dt.attach(info["targetInfo"]["targetId"]))
+                    target = await page_target_id(self.lease.context, page)
+                    self._cdp = (page, dt, await dt.attach(target))
                 shot = await dt.send("Page.captureScreenshot", params, session=self._cdp[2])
         except TimeoutError:
             raise PlaywrightTimeout(

@@ -21,6 +21,17 @@ from typing import Any
 import aiohttp
 
 
+async def page_target_id(context, page) -> str:
+    """The DevTools target id of a Playwright ``page`` of ``context`` (asked on a session
+    of Playwright's own, detached after), for :meth:`DevTools.attach`."""
+    own = await context.new_cdp_session(page)
+    try:
+        info = await own.send("Target.getTargetInfo")
+    finally:
+        await own.detach()
+    return info["targetInfo"]["targetId"]
+
+
 class DevToolsError(Exception):
     """A protocol error the browser answered, or the channel closing under a call."""
 

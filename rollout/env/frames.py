@@ -21,10 +21,11 @@ one lease's context, over the lease's DevTools channel (``rollout.env.devtools``
   much, and an idle page costs a few frames a second instead of sixty;
 - one at once for a screenshot (:meth:`FrameClock.frame` with ``screenshot``).
 
-One frame at a time per page (a lock): a screenshot waits at most for the frame in
-flight. A page that does not answer a frame in ``FRAME_TIMEOUT_S`` (its main thread
-busy, a navigation swapping its renderer) is asked again at the next tick; a page that
-closes is dropped.
+One frame at a time per browser (a lock the pool shares among its leases' clocks: two
+pages' frames drawn at once crash the GPU process): a screenshot waits at most for the
+frame in flight. A frame not answered in ``FRAME_TIMEOUT_S`` is given up by its caller
+(the lock stays held until the browser answers) and asked for again at the next tick; a
+page that closes is dropped.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 import aiohttp
 from playwright.async_api import Error as PlaywrightError
 
-from rollout.env.devtools import DevTools, DevToolsError
+from rollout.env.devtools import DevTools, DevToolsError, page_target_id
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -49,8 +50,10 @@ if TYPE_CHECKING:
 BEGIN_FRAME_ARGS = ("--enable-begin-frame-control", "--run-all-compositor-stages-before-draw")
 ACTING_HZ = 60.0  # while the environment acts: Chromium's own rate
 IDLE_HZ = 4.0  # between actions
-T = TypeVar("T")
 FRAME_TIMEOUT_S = 2.0  # a frame not drawn by then is given up and asked for again
+
+
+T = TypeVar("T")
 
 
 class FrameError(Exception):
@@ -215,13 +218,7 @@ class FrameClock:
             raise FrameError(f"cannot open the DevTools channel: {e}") from None
         if target is None or target.devtools is not dt:
             try:
-                own = await self.context.new_cdp_session(page)
-                try:
-                    info = await own.send("Target.getTargetInfo")
-                finally:
-                    with contextlib.suppress(PlaywrightError):
-                        await own.detach()
-                session = await dt.attach(info["targetInfo"]["targetId"])
+                session = await dt.attach(await page_target_id(self.context, page))
             except (PlaywrightError, DevToolsError) as e:
                 raise FrameError(f"cannot reach the page's target: {e}") from None
             target = self._targets[page] = _Target(session, dt)
