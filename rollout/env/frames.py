@@ -95,6 +95,7 @@ class FrameClock:
         self._busy = asyncio.Event()  # set while acting: idle waits end at once
         self._closed = False
         self.frames = 0  # frames drawn (every page), for tests and benchmarks
+        self.blank = 0  # frames drawn for a screenshot that came without it
 
     async def start(self) -> None:
         self.context.on("page", self._track)
@@ -145,12 +146,29 @@ class FrameClock:
     async def frame(self, page: Page, screenshot: dict | None = None) -> bytes | None:
         """Draw one frame of ``page`` now; with ``screenshot`` (``format``, ``quality``,
         ``optimizeForSpeed``, as ``Page.captureScreenshot`` takes them) the image of that
-        frame. Raises :class:`FrameError` when the browser does not draw it."""
+        frame. Raises :class:`FrameError` when the browser does not draw it.
+
+        A frame drawn while the page's renderer is new (the first frames after a
+        navigation to another site, which moves the page to another process) comes back
+        without its image: frames are drawn until one has it, for ``FRAME_TIMEOUT_S``."""
+        if screenshot is None:
+            await self._draw(page, {"interval": self.acting_interval * 1000})
+            return None
+        params = {"interval": self.acting_interval * 1000, "screenshot": screenshot}
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + FRAME_TIMEOUT_S
+        while True:
+            data = (await self._draw(page, params)).get("screenshotData")
+            if data is not None:
+                return base64.b64decode(data)
+            if loop.time() >= give_up:
+                raise FrameError(f"no frame with its screenshot drawn in {FRAME_TIMEOUT_S} s")
+            self.blank += 1
+            await asyncio.sleep(0)  # the browser's other pages may draw in between
+
+    async def _draw(self, page: Page, params: dict) -> dict:
         if self._closed:
             raise FrameError("the frame clock is closed")
-        params: dict = {"interval": self.acting_interval * 1000}
-        if screenshot is not None:
-            params["screenshot"] = screenshot
         await self._lock.acquire()  # one frame at a time in the whole browser (__init__)
         try:
             target = await self._target(page)
@@ -172,12 +190,7 @@ class FrameClock:
             self._targets.pop(page, None)  # attach again next time
             raise FrameError(f"the frame failed: {e}") from None
         self.frames += 1
-        if screenshot is None:
-            return None
-        data = r.get("screenshotData")
-        if data is None:
-            raise FrameError("the frame was drawn without its screenshot")
-        return base64.b64decode(data)
+        return r
 
     def _answered(self, drawn: asyncio.Future) -> None:
         self._lock.release()

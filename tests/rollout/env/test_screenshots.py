@@ -238,3 +238,21 @@ async def test_the_environment_s_clock_draws_frames_only_as_needed(pool, site):
         assert await pa.evaluate("1") == 1
         o = (await a.env.step('scroll("down")')).observation
         assert o.error is None and pixels(o.screenshot, (0xE0, 0x11, 0x5F)) > 0
+
+
+async def test_a_frame_drawn_while_a_new_renderer_starts_still_gives_its_screenshot(pool, site):
+    """The first frames after a navigation to another site (a new renderer process) come
+    from Chromium without their image ("capturing a screenshot can fail during renderer
+    initialization"): the clock draws frames until one has it, and it shows the new page."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with pool.context() as lease:
+        page = await lease.context.new_page()
+        for i in range(10):
+            host = ["127.0.0.2", "127.0.0.1"][i % 2]
+            # outside an action: no frames drawn at the acting rate while it loads
+            await page.goto(f"{site.replace('127.0.0.1', host)}/colour", wait_until="commit")
+            assert (await lease.frames.frame(page, screenshot={"format": "png"}))[:4] == b"\x89PNG"
+            await page.wait_for_load_state("load")
+            shot = await lease.frames.frame(page, screenshot={"format": "png"})
+            assert pixels(shot, COLOURS[host]) > 1280 * 720 // 2, (i, host)
