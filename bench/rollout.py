@@ -41,7 +41,7 @@ test tasks) at ``--long-levels``: its line has ``"tasks": "long_horizon"`` (the
 others ``"qa"``), and its CPU s per step is the figure to compare.
 
     python bench/rollout.py [--episodes 32] [--levels 1,4,8,16,32] [--modes api,som]
-        [--long-episodes 16] [--long-levels 1,8]
+        [--long-episodes 16] [--long-levels 1,8] [--set KEY=VALUE ...]
 
 One JSON line per mode (and one for the long-horizon families): {"bench": "rollout", "mode", "tasks",
 "episodes_per_s": {"1", "4", "8", "16", "32"}, "cores_busy": {level: CPU s / wall s},
@@ -228,6 +228,7 @@ async def measure_mode(
         "bench": "rollout",
         "mode": mode,
         "tasks": label,
+        "config_overrides": list(sets),
         "episodes_per_s": rates,
         "cores_busy": busy,
         "episodes": eps_done,
@@ -260,8 +261,9 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
             tasks = generate(
                 load(cfg.web.cache_dir), "test", 200, types=["qa"], seed=5, base_url=web.url
             )
+            sets = tuple(args.set)
             out = [
-                await measure_mode(m, web.url, tasks, args.episodes, sampler, levels)
+                await measure_mode(m, web.url, tasks, args.episodes, sampler, levels, sets)
                 for m in args.modes.split(",")
             ]
             if args.long_episodes > 0:  # the long-horizon families, som mode
@@ -274,7 +276,7 @@ async def main_async(args: argparse.Namespace) -> list[dict]:
                     await measure_mode(
                         "som", web.url, long_tasks, args.long_episodes, sampler, long_levels,
                         sets=(f"env.max_steps={LONG_MAX_STEPS}",
-                              f"inference.max_context_tokens={LONG_CONTEXT}"),
+                              f"inference.max_context_tokens={LONG_CONTEXT}", *sets),
                         label="long_horizon",
                     )
                 )  # fmt: skip
@@ -295,6 +297,13 @@ def main() -> None:
         help="episodes per level of the long-horizon families in som mode (0: none)",
     )
     ap.add_argument("--long-levels", default="1,8", help="their concurrency levels")  # fmt: skip
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration override for every run (env.frame_clock=chromium, say); repeatable",
+    )
     results = asyncio.run(main_async(ap.parse_args()))
     print("# projection assumptions:", *ASSUMPTIONS, sep="\n#   ", file=sys.stderr)
     for r in results:

@@ -15,10 +15,12 @@ one lease's context, over the lease's DevTools channel (``rollout.env.devtools``
 
 - ``ACTING_HZ`` (60, Chromium's own rate) while the environment acts on the lease
   (``async with clock.acting():`` around each action and its observation);
-- ``IDLE_HZ`` between actions, when no one is expected to read the page: its scripts and
-  network run as ever, its rendering (animation frames, observers, animations) advances
-  a few times a second, so a page the agent has not acted on does not change under it
-  much, and an idle page costs a few frames a second instead of sixty;
+- between actions, when no one is expected to read the page, ``IDLE_HZ`` at first and
+  ever more rarely after (the wait doubles after each frame, up to ``IDLE_MAX_S``): its
+  scripts and network run as ever, its rendering (animation frames, observers,
+  animations) advances now and then, so a page the agent has not acted on does not
+  change under it much, and a page waiting for the policy's next action costs a frame
+  every two seconds instead of sixty a second;
 - one at once for a screenshot (:meth:`FrameClock.frame` with ``screenshot``).
 
 One frame at a time per browser (a lock the pool shares among its leases' clocks: two
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 BEGIN_FRAME_ARGS = ("--enable-begin-frame-control", "--run-all-compositor-stages-before-draw")
 ACTING_HZ = 60.0  # while the environment acts: Chromium's own rate
 IDLE_HZ = 4.0  # between actions
+IDLE_MAX_S = 2.0  # between actions the wait doubles from 1 / IDLE_HZ up to this
 FRAME_TIMEOUT_S = 2.0  # a frame not drawn by then is given up and asked for again
 
 
@@ -238,15 +241,21 @@ class FrameClock:
         return target
 
     async def _tick(self, page: Page) -> None:
-        """One page's frames, at the acting or the idle rate, until it closes."""
+        """One page's frames, at the acting rate while the environment acts; between
+        actions at the idle rate, the wait doubling after each frame up to ``IDLE_MAX_S``
+        (Chromium's ``hasDamage`` cannot tell a still page from one that animates: it
+        reported none for most frames of a page redrawn every animation frame)."""
         loop = asyncio.get_running_loop()
+        idle = self.idle_interval
         while not (self._closed or page.is_closed()):
             began = loop.time()
             if not self._quiet:
                 with contextlib.suppress(Exception):  # a page that did not draw: the next tick
                     await self.frame(page)
             if self._acting:
+                idle = self.idle_interval
                 await asyncio.sleep(max(0.0, self.acting_interval - (loop.time() - began)))
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._busy.wait(), self.idle_interval)
+                    await asyncio.wait_for(self._busy.wait(), idle)
+                idle = min(2 * idle, IDLE_MAX_S)

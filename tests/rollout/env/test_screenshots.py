@@ -11,7 +11,7 @@ from aiohttp import web
 from PIL import Image
 
 from rollout.env import browser_pool, make_env
-from rollout.env.frames import IDLE_HZ
+from rollout.env.frames import IDLE_HZ, IDLE_MAX_S
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
@@ -256,3 +256,21 @@ async def test_a_frame_drawn_while_a_new_renderer_starts_still_gives_its_screens
             await page.wait_for_load_state("load")
             shot = await lease.frames.frame(page, screenshot={"format": "png"})
             assert pixels(shot, COLOURS[host]) > 1280 * 720 // 2, (i, host)
+
+
+async def test_between_actions_frames_are_drawn_ever_more_rarely(pool, site):
+    """Idle frames, still page or animated: the wait doubles from 1/IDLE_HZ to
+    IDLE_MAX_S; an action brings the idle rate back."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with Env(pool, site, "/static") as still, Env(pool, site, "/ticker") as ticker:
+        for _ in range(2):  # the second time after an action: the same again
+            await asyncio.gather(*(e.env.step('scroll("down")') for e in (still, ticker)))
+            before = [e.lease.frames.frames for e in (still, ticker)]
+            await asyncio.sleep(4.0)
+            drawn = [
+                e.lease.frames.frames - b for e, b in zip((still, ticker), before, strict=True)
+            ]
+            # waits of 0.25, 0.5, 1 and 2 s: 4 or 5 frames in 4 s, not IDLE_HZ x 4 = 16
+            assert IDLE_HZ == 4 and IDLE_MAX_S == 2
+            assert all(3 <= n <= 6 for n in drawn), drawn
