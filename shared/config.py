@@ -215,11 +215,12 @@ class EnvConfig:
         "compression, ~25% larger files) rather than for size.",
     )
     frame_clock: Literal["chromium", "environment"] = option(
-        "chromium",
-        "Who draws the browser's frames: `chromium`, its own 60 Hz compositor clock (a "
-        "screenshot waits a frame or two for it); `environment`, the environment, with "
-        "HeadlessExperimental.beginFrame: 60 frames a second while it acts, a few between "
-        "actions, and one drawn at once for each screenshot (about twice as fast).",
+        "environment",
+        "Who draws the browser's frames: `environment`, the environment, with "
+        "HeadlessExperimental.beginFrame: 60 frames a second while it acts, ever fewer "
+        "between actions (down to one every 2 s), and one drawn at once for each "
+        "screenshot; `chromium`, Chromium's own 60 Hz compositor clock (a screenshot "
+        "waits a frame or two for it: about twice as slow).",
     )
     observation: Literal["text", "axtree"] = option(
         "text",

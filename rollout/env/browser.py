@@ -43,7 +43,7 @@ from rollout.agent.actions import (
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.devtools import DevToolsError, page_target_id
-from rollout.env.frames import FrameError
+from rollout.env.frames import FrameError, NoImage
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
@@ -55,6 +55,9 @@ from rollout.env.som_js import (
     LISTENER_INIT_JS,
     OVERLAY_JS,
     REMOVE_OVERLAY_JS,
+    UNMARK_AFTER_FRAME_JS,
+    UNMARKED_TEXT_CALL_JS,
+    UNMARKED_TEXT_JSON_JS,
     UNWATCH_JS,
     WATCH_JS,
 )
@@ -66,6 +69,9 @@ SETTLE_S = 0.5  # after an action, wait at most this long for the page's own req
 NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
 # an observation's page_text (the whole page, for the citation verifier) stops here
 PAGE_TEXT_CHARS = 1_000_000
+# after a frame is drawn, how long its page may take to run its animation frame's task
+# before frames are drawn until it has (SomBackend._drawn_shot)
+UNMARKED_WAIT_S = 0.5
 # what Playwright's call log says when an element could not be acted on, in the agent's words
 _BLOCKERS = (
     ("intercepts pointer events", "it is covered"),
@@ -325,7 +331,7 @@ class PlaywrightBackend:
                 raise ToolError(f"{action.name} is not available in {self.mode} mode")
         return None
 
-    async def _capture(self) -> bytes:
+    async def _capture(self, again: bool = True) -> bytes:
         """The viewport as the compositor draws it, encoded as env.screenshot_* say, by
         Chromium's Page.captureScreenshot on a session of the page's own, over the
         lease's uncompressed DevTools channel (``rollout.env.devtools``: Playwright's
@@ -334,7 +340,8 @@ class PlaywrightBackend:
         caret, round trips each) for nothing a policy would see. Errors come as
         Playwright's, so ``act`` explains them as it does any other. With the
         environment's frame clock (env.frame_clock, ``rollout.env.frames``) the image is
-        of a frame drawn at once instead: no wait for Chromium's next frames."""
+        of a frame drawn at once instead: no wait for Chromium's next frames (``again``:
+        as ``FrameClock.frame`` takes it; its ``NoImage`` is raised as it is)."""
         page, o = self.page, self.shot_options
         params: dict = {"format": o.format, "optimizeForSpeed": o.fast}
         if o.format != "png":
@@ -342,7 +349,9 @@ class PlaywrightBackend:
         if self.lease.frames is not None:  # a frame drawn now, with its image
             try:
                 async with asyncio.timeout(self.timeout_ms / 1000):
-                    return await self.lease.frames.frame(page, screenshot=params)
+                    return await self.lease.frames.frame(page, screenshot=params, again=again)
+            except NoImage:
+                raise
             except TimeoutError:
                 raise PlaywrightTimeout(
                     f"Timeout {self.timeout_ms}ms exceeded taking a screenshot"
@@ -668,6 +677,53 @@ class SomBackend(PlaywrightBackend):
                 raise ToolError(f"{action.name} is not available in som mode")
         return None
 
+    async def _drawn_shot(self, view: dict) -> tuple[bytes, str]:
+        """With the environment's frame clock, the marks drawn: the image of one frame
+        drawn now, and the whole page's text. The page takes its marks off in the task
+        after that frame's animation frames (the frame is painted then) and the text is
+        read after it, while the browser encodes the image (reading it with the marks
+        drawn would redo the layout they changed). A first frame drawn without its image
+        (a new renderer) means the marks may be gone from the next: they are drawn again
+        for the frame that has it (``view``'s: the text's pass has replaced the page's
+        own copy of the last pass)."""
+        page, frames = self.page, self.lease.frames
+        if not await page.evaluate(UNMARK_AFTER_FRAME_JS):  # a window that cannot keep it
+            try:
+                shot = await self._capture()
+            finally:
+                await page.evaluate(REMOVE_OVERLAY_JS)
+            return shot, await self._page_text(None)
+        text = asyncio.ensure_future(self._unmarked_text())
+        try:
+            try:
+                shot = await self._capture(again=False)
+            except NoImage:  # frames until the marks are off and the text read, then
+                await frames.through(page, text)  # the marks again, for a frame with its image
+                await page.evaluate(OVERLAY_JS, view["elements"])
+                try:
+                    shot = await self._capture()
+                finally:
+                    await page.evaluate(REMOVE_OVERLAY_JS)
+            if not text.done():  # the frame is drawn; in case its animation frame was not
+                done, _ = await asyncio.wait({text}, timeout=UNMARKED_WAIT_S)
+                if not done:
+                    await frames.through(page, text)
+            return shot, text.result()
+        except BaseException:
+            if not text.done():
+                text.cancel()
+            with contextlib.suppress(PlaywrightError):
+                await page.evaluate(REMOVE_OVERLAY_JS)
+            raise
+
+    async def _unmarked_text(self) -> str:
+        """``_page_text(None)``, read once the page has taken its marks off (_drawn_shot)."""
+        opts = {"marks": False, "fromViewport": False, "maxChars": PAGE_TEXT_CHARS, "maxLabels": 0}
+        raw = await self.page.evaluate(UNMARKED_TEXT_CALL_JS, opts)
+        if raw is None:
+            raw = await self.page.evaluate(UNMARKED_TEXT_JSON_JS, opts)
+        return json.loads(raw)["text"]
+
     async def _marked_shot(self) -> bytes:
         """A screenshot with the last pass's marks drawn (OVERLAY_JS), then removed."""
         await self.page.evaluate(OVERLAY_JS)
@@ -717,11 +773,6 @@ class SomBackend(PlaywrightBackend):
         shoot = self._shoots
         try:
             early = await self._early_shot()
-            page_text = None
-            if shoot and not early and self.lease.frames is not None:
-                # the frame is drawn now: no wait for the text to hide in, and the text
-                # read with the marks drawn would redo the layout they changed
-                page_text = await self._page_text(None)
             # with screenshots on, the same call draws the marks (OVERLAY_JS)
             view = early[0] if early else await self._label(marks=True, overlay=shoot)
         except PlaywrightError:
@@ -731,11 +782,8 @@ class SomBackend(PlaywrightBackend):
         if early:
             _, shot, page_text = early
             self.last_screenshot = shot
-        elif page_text is not None:
-            try:
-                shot = await self._capture()
-            finally:
-                await page.evaluate(REMOVE_OVERLAY_JS)
+        elif shoot and self.lease.frames is not None:
+            shot, page_text = await self._drawn_shot(view)
             self.last_screenshot = shot
         elif shoot:  # the capture overlaps the text pass: the compositor draws, the page reads
             done = await asyncio.gather(

@@ -63,6 +63,10 @@ class FrameError(Exception):
     """A frame (or its screenshot) the browser did not draw."""
 
 
+class NoImage(FrameError):
+    """A frame drawn without the image asked for (its renderer is new)."""
+
+
 @dataclass(eq=False)
 class _Target:
     session: str
@@ -146,14 +150,18 @@ class FrameClock:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
-    async def frame(self, page: Page, screenshot: dict | None = None) -> bytes | None:
+    async def frame(
+        self, page: Page, screenshot: dict | None = None, *, again: bool = True
+    ) -> bytes | None:
         """Draw one frame of ``page`` now; with ``screenshot`` (``format``, ``quality``,
         ``optimizeForSpeed``, as ``Page.captureScreenshot`` takes them) the image of that
         frame. Raises :class:`FrameError` when the browser does not draw it.
 
         A frame drawn while the page's renderer is new (the first frames after a
         navigation to another site, which moves the page to another process) comes back
-        without its image: frames are drawn until one has it, for ``FRAME_TIMEOUT_S``."""
+        without its image: frames are drawn until one has it, for ``FRAME_TIMEOUT_S``;
+        with ``again=False`` the image is of the first frame or :class:`NoImage` is
+        raised (for a caller whose page changes once that frame is drawn)."""
         if screenshot is None:
             await self._draw(page, {"interval": self.acting_interval * 1000})
             return None
@@ -164,6 +172,8 @@ class FrameClock:
             data = (await self._draw(page, params)).get("screenshotData")
             if data is not None:
                 return base64.b64decode(data)
+            if not again:
+                raise NoImage("the frame was drawn without its image")
             if loop.time() >= give_up:
                 raise FrameError(f"no frame with its screenshot drawn in {FRAME_TIMEOUT_S} s")
             self.blank += 1

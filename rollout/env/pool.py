@@ -68,9 +68,10 @@ class PoolConfig:
     # machine one slow answer is not a hang (a process that exits is lost at once).
     health_failures: int = 3
     close_timeout_s: float = 5.0
-    # Who draws the pages' frames: "chromium", its own 60 Hz clock; "environment", each
-    # lease's FrameClock (rollout.env.frames: screenshots drawn on demand, ~2x faster)
-    frame_clock: str = "chromium"
+    # Who draws the pages' frames: "environment", each lease's FrameClock
+    # (rollout.env.frames: screenshots drawn on demand, ~2x faster); "chromium", its own
+    # 60 Hz clock
+    frame_clock: str = "environment"
 
     def __post_init__(self):
         if self.frame_clock not in ("chromium", "environment"):

@@ -53,7 +53,7 @@ box in viewport pixels of the top document.
 
 ``LISTENER_INIT_JS`` is an init script (every frame, before the page's scripts) that notes
 which elements, documents and windows get click-ish listeners; ``OVERLAY_JS`` /
-``REMOVE_OVERLAY_JS`` draw and remove the marks of the elements in view (one canvas in the
+``REMOVE_OVERLAY_JS`` draw and remove the marks of the elements in view (one SVG in the
 top layer) for a screenshot. ``OVERLAY_JS`` called with no list draws the last pass's
 elements, which spares sending them back to the page. ``WATCH_JS`` / ``UNWATCH_JS`` count
 the document's changes, and compare its layout, between drawing the marks and reading the
@@ -1077,49 +1077,77 @@ LABEL_JS = r"""
 """
 
 
+# The marks as one SVG in a closed shadow root (the page's styles cannot reach it, and
+# the labeller's walk does not enter it) in the top layer: painted with the page's frame,
+# where a canvas of the viewport's size cost ~2.5 ms to make and ~8 ms more per frame to
+# composite (2 cores, environment's frame clock). Digits have one width in the font.
 OVERLAY_JS = r"""
 (elements) => {
   if (!Array.isArray(elements)) elements = window[Symbol.for('som.boxes')] || [];
   const old = document.getElementById('__som_overlay');
   if (old) old.remove();
-  const vw = window.innerWidth, vh = window.innerHeight, dpr = window.devicePixelRatio || 1;
+  const vw = window.innerWidth, vh = window.innerHeight;
   const shown = elements.filter((e) => e.x + e.w > 0 && e.y + e.h > 0 && e.x < vw && e.y < vh);
-  const c = document.createElement('canvas');
-  c.id = '__som_overlay';
-  c.width = Math.ceil(vw * dpr);
-  c.height = Math.ceil(vh * dpr);
-  c.style.cssText = 'all:initial;position:fixed;inset:0 auto auto 0;margin:0;padding:0;border:0;' +
-    'background:transparent;pointer-events:none;z-index:2147483647;display:block;' +
+  const K = Symbol.for('som.digit');
+  let digit = window[K];
+  if (!digit) {
+    const g = new OffscreenCanvas(1, 1).getContext('2d');
+    g.font = 'bold 11px sans-serif';
+    digit = g.measureText('0').width;
+    try { Object.defineProperty(window, K, {value: digit, configurable: true, writable: true}); } catch (e) {}
+  }
+  const NS = 'http://www.w3.org/2000/svg';
+  const el = (tag, attrs, parent) => {
+    const n = document.createElementNS(NS, tag);
+    for (const k in attrs) n.setAttribute(k, attrs[k]);
+    parent.appendChild(n);
+    return n;
+  };
+  const host = document.createElement('div');
+  host.id = '__som_overlay';
+  host.style.cssText = 'all:initial;position:fixed;inset:0 auto auto 0;margin:0;padding:0;border:0;' +
+    'background:transparent;pointer-events:none;z-index:2147483647;display:block;overflow:hidden;' +
     'width:' + vw + 'px;height:' + vh + 'px';
-  document.documentElement.appendChild(c);
-  const g = c.getContext('2d');
-  g.scale(dpr, dpr);
-  g.lineWidth = 2;
-  g.strokeStyle = '#e0115f';
-  for (const e of shown) g.strokeRect(e.x + 1, e.y + 1, Math.max(e.w - 2, 0), Math.max(e.h - 2, 0));
-  g.font = 'bold 11px sans-serif';
-  g.textBaseline = 'top';
-  const tags = shown.map((e) => {
+  const root = host.attachShadow({mode: 'closed'});
+  const svg = el('svg', {width: vw, height: vh, style: 'display:block'}, root);
+  const boxes = el('g', {fill: 'none', stroke: '#e0115f', 'stroke-width': 2}, svg);
+  for (const e of shown) el('rect', {x: e.x + 1, y: e.y + 1, width: Math.max(e.w - 2, 0), height: Math.max(e.h - 2, 0)}, boxes);
+  const tags = el('g', {fill: '#e0115f'}, svg);
+  const texts = el('g', {fill: '#fff', 'font-family': 'sans-serif', 'font-weight': 'bold', 'font-size': '11px', 'dominant-baseline': 'text-before-edge'}, svg);
+  for (const e of shown) {
     const s = String(e.id);
-    const w = g.measureText(s).width + 6;
+    const w = digit * s.length + 6;
     const x = Math.min(Math.max(e.x - 1, 0), vw - w);
     const y = e.y >= 14 ? e.y - 14 : Math.max(e.y, 0);
-    return [s, x, y, w];
-  });
-  g.fillStyle = '#e0115f';
-  for (const [, x, y, w] of tags) g.fillRect(x, y, w, 14);
-  g.fillStyle = '#fff';
-  for (const [s, x, y] of tags) g.fillText(s, x + 3, y + 1.5);
-  try {  // the top layer: above a modal dialog too
-    c.popover = 'manual';
-    c.showPopover();
-  } catch (e) { /* no popover API: the z-index has to do */ }
+    el('rect', {x, y, width: w, height: 14}, tags);
+    el('text', {x: x + 3, y: y + 1.5}, texts).textContent = s;
+  }
+  document.documentElement.appendChild(host);
+  try { host.popover = 'manual'; host.showPopover(); } catch (e) { }
 }
 """
 
 REMOVE_OVERLAY_JS = (
     "() => { const l = document.getElementById('__som_overlay'); if (l) l.remove(); }"
 )
+
+# With frames drawn by the environment (rollout.env.frames): the marks come off in the
+# task after the next frame's animation frames, when that frame is painted and on its way
+# to the screen; UNMARKED_TEXT_* wait for that, then read the whole page's text (the
+# labeller's pass, as LABEL_CALL_JS / LABEL_JSON_JS), while the browser encodes the image
+_UNMARKED = "window[Symbol.for('som.unmarked')]"
+UNMARK_AFTER_FRAME_JS = (
+    "() => { try { Object.defineProperty(window, Symbol.for('som.unmarked'), {configurable: true,"
+    " writable: true, value: new Promise((r) => requestAnimationFrame(() => setTimeout(() => {"
+    " ("
+    + REMOVE_OVERLAY_JS
+    + ")(); r(true); }, 0)))}); return true; } catch (e) { return false; } }"
+)
+UNMARKED_TEXT_CALL_JS = (
+    "async (o) => { await " + _UNMARKED + "; const f = window[Symbol.for('som.label')];"
+    " return f ? f(o) : null; }"
+)
+
 
 # Watching the page between drawing the marks and reading it again (a scroll's early
 # capture, rollout.env.browser). WATCH_JS starts counting the document's mutation records
@@ -1196,6 +1224,13 @@ LABELLER_INIT_JS = (
 LABEL_CALL_JS = "(o) => { const f = window[Symbol.for('som.label')]; return f ? f(o) : null; }"
 # the same sent whole, for such a document
 LABEL_JSON_JS = "(o) => JSON.stringify((" + LABEL_JS.strip() + ")(o))"
+UNMARKED_TEXT_JSON_JS = (
+    "async (o) => { await "
+    + _UNMARKED
+    + "; return JSON.stringify(("
+    + LABEL_JS.strip()
+    + ")(o)); }"
+)
 # either, then the marks of the elements in view drawn for a screenshot, in one call
 LABEL_CALL_OVERLAY_JS = (
     "(o) => { const f = window[Symbol.for('som.label')]; if (!f) return null; const r = f(o); ("

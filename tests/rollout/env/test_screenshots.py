@@ -98,9 +98,9 @@ class Env:
         be, real = self.env.backend, self.env.backend._capture
         self.captures = 0
 
-        async def counted():
+        async def counted(*args, **kwargs):
             self.captures += 1
-            return await real()
+            return await real(*args, **kwargs)
 
         be._capture = counted
         task = {"id": "t", "question": "q", "answer": "a", "aliases": [], "type": "qa",
@@ -274,3 +274,36 @@ async def test_between_actions_frames_are_drawn_ever_more_rarely(pool, site):
             # waits of 0.25, 0.5, 1 and 2 s: 4 or 5 frames in 4 s, not IDLE_HZ x 4 = 16
             assert IDLE_HZ == 4 and IDLE_MAX_S == 2
             assert all(3 <= n <= 6 for n in drawn), drawn
+
+
+MARK = (0xE0, 0x11, 0x5F)  # the marks' colour
+
+
+async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(pool, site):
+    """With the environment's clock the page takes its marks off once the frame with them
+    is drawn. When that frame comes without its image (as the first frames of a new
+    renderer do; made to happen here on the first frame), the marks are drawn again for
+    the frame that has it: the shot shows them, the text is read without them, none are
+    left on the page."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with Env(pool, site, "/colour") as e:
+        frames, real = e.lease.frames, e.lease.frames._draw
+        dropped = []
+
+        async def first_without_image(page, params):
+            r = await real(page, params)
+            if "screenshot" in params and not dropped:
+                dropped.append(r.pop("screenshotData"))
+            return r
+
+        frames._draw = first_without_image
+        o = (await e.env.step('scroll("down")')).observation
+        frames._draw = real
+        assert dropped and o.error is None
+        assert pixels(o.screenshot, MARK) > 0 and pixels(o.screenshot, COLOURS["127.0.0.1"]) > 0
+        assert "Paragraph 79" in o.page_text and "[" not in o.page_text
+        assert not (await page_state(e))["overlay"]
+        # and the ordinary way: one frame, its image marked, the marks gone after
+        o = (await e.env.step('scroll("up")')).observation
+        assert pixels(o.screenshot, MARK) > 0 and not (await page_state(e))["overlay"]
