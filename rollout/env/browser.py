@@ -43,7 +43,7 @@ from rollout.agent.actions import (
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.devtools import DevToolsError, page_target_id
-from rollout.env.frames import FrameError, NoImage
+from rollout.env.frames import FRAME_TIMEOUT_S, FrameError, NoImage
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
@@ -686,7 +686,7 @@ class SomBackend(PlaywrightBackend):
         (a new renderer) means the marks may be gone from the next: they are drawn again
         for the frame that has it (``view``'s: the text's pass has replaced the page's
         own copy of the last pass)."""
-        page, frames = self.page, self.lease.frames
+        page = self.page
         if not await page.evaluate(UNMARK_AFTER_FRAME_JS):  # a window that cannot keep it
             try:
                 shot = await self._capture()
@@ -697,24 +697,38 @@ class SomBackend(PlaywrightBackend):
         try:
             try:
                 shot = await self._capture(again=False)
-            except NoImage:  # frames until the marks are off and the text read, then
-                await frames.through(page, text)  # the marks again, for a frame with its image
+            except NoImage:  # the marks off and the text read, then the marks again, for
+                page_text = await self._unmarked(text)  # a frame that has its image
                 await page.evaluate(OVERLAY_JS, view["elements"])
                 try:
                     shot = await self._capture()
                 finally:
                     await page.evaluate(REMOVE_OVERLAY_JS)
-            if not text.done():  # the frame is drawn; in case its animation frame was not
-                done, _ = await asyncio.wait({text}, timeout=UNMARKED_WAIT_S)
-                if not done:
-                    await frames.through(page, text)
-            return shot, text.result()
+                return shot, page_text
+            return shot, await self._unmarked(text)
         except BaseException:
             if not text.done():
                 text.cancel()
             with contextlib.suppress(PlaywrightError):
                 await page.evaluate(REMOVE_OVERLAY_JS)
             raise
+
+    async def _unmarked(self, text: asyncio.Future) -> str:
+        """``text``'s result once the frame is drawn: if the page has not run its task
+        after the frame in UNMARKED_WAIT_S, frames are drawn until it has, for
+        FRAME_TIMEOUT_S; a page whose animation frames never come (its
+        ``requestAnimationFrame`` replaced, say) has its marks taken off and its text
+        read by the environment instead."""
+        if not text.done():
+            done, _ = await asyncio.wait({text}, timeout=UNMARKED_WAIT_S)
+            if not done:
+                with contextlib.suppress(TimeoutError):
+                    through = self.lease.frames.through(self.page, text)
+                    await asyncio.wait_for(through, FRAME_TIMEOUT_S)
+        if text.done() and not text.cancelled():
+            return text.result()
+        await self.page.evaluate(REMOVE_OVERLAY_JS)
+        return await self._page_text(None)
 
     async def _unmarked_text(self) -> str:
         """``_page_text(None)``, read once the page has taken its marks off (_drawn_shot)."""

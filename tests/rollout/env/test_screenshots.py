@@ -32,6 +32,8 @@ addEventListener('scroll', () => requestAnimationFrame(() => {{
 let n = 0; const tick = () => {{ document.getElementById('t').textContent = String(++n);
   requestAnimationFrame(tick); }}; requestAnimationFrame(tick);
 </script></body></html>""",
+    # a page whose animation frames never come (its requestAnimationFrame replaced)
+    "/norafs": f"<html><body>{ROWS}<script>window.requestAnimationFrame = () => 0;</script></body></html>",
     "/smooth": f"<html><head><style>html {{ scroll-behavior: smooth }}</style></head><body>{ROWS}</body></html>",
 }
 GREEN = (0, 200, 0)
@@ -307,3 +309,14 @@ async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(
         # and the ordinary way: one frame, its image marked, the marks gone after
         o = (await e.env.step('scroll("up")')).observation
         assert pixels(o.screenshot, MARK) > 0 and not (await page_state(e))["overlay"]
+
+
+async def test_a_page_whose_animation_frames_never_come_still_gets_its_marked_shot(pool, site):
+    """The marks come off in the page's task after the frame's animation frames; where
+    those never come (the page replaced requestAnimationFrame) the environment takes them
+    off and reads the text itself, within the action's time."""
+    async with Env(pool, site, "/norafs") as e:
+        for o in (e.env.first, (await e.env.step('scroll("up")')).observation):
+            assert o.error is None, o.error
+            assert pixels(o.screenshot, MARK) > 0
+            assert "Paragraph 79" in o.page_text and not (await page_state(e))["overlay"]
