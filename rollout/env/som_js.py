@@ -1091,10 +1091,12 @@ OVERLAY_JS = r"""
   const K = Symbol.for('som.digit');
   let digit = window[K];
   if (!digit) {
-    const g = new OffscreenCanvas(1, 1).getContext('2d');
-    g.font = 'bold 11px sans-serif';
-    digit = g.measureText('0').width;
-    try { Object.defineProperty(window, K, {value: digit, configurable: true, writable: true}); } catch (e) {}
+    try {
+      const g = new OffscreenCanvas(1, 1).getContext('2d');
+      g.font = 'bold 11px sans-serif';
+      digit = g.measureText('0').width;
+      Object.defineProperty(window, K, {value: digit, configurable: true, writable: true});
+    } catch (e) { digit = digit || 6.2; }
   }
   const NS = 'http://www.w3.org/2000/svg';
   const el = (tag, attrs, parent) => {
@@ -1108,7 +1110,8 @@ OVERLAY_JS = r"""
   host.style.cssText = 'all:initial;position:fixed;inset:0 auto auto 0;margin:0;padding:0;border:0;' +
     'background:transparent;pointer-events:none;z-index:2147483647;display:block;overflow:hidden;' +
     'width:' + vw + 'px;height:' + vh + 'px';
-  const root = host.attachShadow({mode: 'closed'});
+  let root = host;  // a page that broke attachShadow gets the marks without one
+  try { root = host.attachShadow({mode: 'closed'}); } catch (e) {}
   const svg = el('svg', {width: vw, height: vh, style: 'display:block'}, root);
   const boxes = el('g', {fill: 'none', stroke: '#e0115f', 'stroke-width': 2}, svg);
   for (const e of shown) el('rect', {x: e.x + 1, y: e.y + 1, width: Math.max(e.w - 2, 0), height: Math.max(e.h - 2, 0)}, boxes);

@@ -7,10 +7,13 @@ out, shadow DOM, iframes, and the text window of a scrolled page.
 """
 
 import html
+import io
 
+import numpy as np
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from PIL import Image
 
 from rollout.env.browser import run_labeller
 from rollout.env.som_js import (
@@ -558,6 +561,26 @@ async def test_overlay_draws_and_goes(page):
     await page.evaluate(OVERLAY_JS)  # with no list: the boxes of the last pass
     assert await page.locator("#__som_overlay").count() == 1
     await page.evaluate(REMOVE_OVERLAY_JS)
+
+
+async def test_overlay_draws_its_marks_where_page_styles_cannot_reach_them(page):
+    """The marks are an SVG in a closed shadow root: a page's rules for svg, rect and
+    text do not move or hide them, and the labeller's walk does not read them. A page
+    that broke attachShadow and OffscreenCanvas still gets its marks."""
+    hostile = "<style>svg, rect, text, g { display: none !important; fill: lime; }</style>"
+    broken = (
+        "<script>Element.prototype.attachShadow = () => { throw new Error('no'); };"
+        " window.OffscreenCanvas = undefined;</script>"
+    )
+    for extra in (hostile, broken):
+        await page.set_content(extra + controls(40))
+        view = await label(page)
+        await page.evaluate(OVERLAY_JS, view["elements"])
+        shot = Image.open(io.BytesIO(await page.screenshot())).convert("RGB")
+        px = np.asarray(shot, dtype=np.int16)
+        assert (np.abs(px - np.array((0xE0, 0x11, 0x5F))) <= 8).all(axis=-1).sum() > 500, extra
+        assert (await label(page))["text"] == view["text"]
+        await page.evaluate(REMOVE_OVERLAY_JS)
 
 
 # ----------------------------------------------------------------------------- installed copy
