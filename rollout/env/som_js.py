@@ -1126,7 +1126,10 @@ OVERLAY_JS = r"""
     el('text', {x: x + 3, y: y + 1.5}, texts).textContent = s;
   }
   document.documentElement.appendChild(host);
-  try { host.popover = 'manual'; host.showPopover(); } catch (e) { }
+  try {  // the top layer: above a modal dialog too
+    host.popover = 'manual';
+    host.showPopover();
+  } catch (e) { /* no popover API: the z-index has to do */ }
 }
 """
 
