@@ -43,7 +43,7 @@ from rollout.agent.actions import (
 )
 from rollout.env.core import ActionTimeout, InfraError, ToolError
 from rollout.env.devtools import DevToolsError, page_target_id
-from rollout.env.frames import FRAME_TIMEOUT_S, FrameError, NoImage
+from rollout.env.frames import FrameError, NoImage
 from rollout.env.observation import Observation, ScreenshotOptions
 from rollout.env.pool import Lease
 from rollout.env.som_js import (
@@ -72,6 +72,9 @@ PAGE_TEXT_CHARS = 1_000_000
 # after a frame is drawn, how long its page may take to run its animation frame's task
 # before frames are drawn until it has (SomBackend._drawn_shot)
 UNMARKED_WAIT_S = 0.5
+# the longest wait for a page's animation frames (two take ~33 ms): a page where they
+# never come (requestAnimationFrame replaced, say) is read as it is after this
+FRAMES_WAIT_S = 1.0
 # what Playwright's call log says when an element could not be acted on, in the agent's words
 _BLOCKERS = (
     ("intercepts pointer events", "it is covered"),
@@ -261,12 +264,14 @@ class PlaywrightBackend:
 
     async def _frames_wait(self, page: Page) -> None:
         """Two animation frames of ``page``: Chromium's next two, or with the
-        environment's clock two drawn at once (FrameClock.through)."""
+        environment's clock two drawn at once (FrameClock.through); at most
+        FRAMES_WAIT_S."""
         frames = self.lease.frames
-        if frames is None:
-            await page.evaluate(_FRAMES_JS)
-        else:
-            await frames.through(page, page.evaluate(_FRAMES_JS))
+        with contextlib.suppress(TimeoutError):  # they do not come: read the page as it is
+            if frames is None:
+                await asyncio.wait_for(page.evaluate(_FRAMES_JS), FRAMES_WAIT_S)
+            else:
+                await frames.through(page, page.evaluate(_FRAMES_JS), within=FRAMES_WAIT_S)
 
     async def _after_navigation(self, navigations: int, deadline: float, wait: bool) -> None:
         """Wait for the navigation the action caused, if any: its start (after a click,
@@ -716,15 +721,14 @@ class SomBackend(PlaywrightBackend):
     async def _unmarked(self, text: asyncio.Future) -> str:
         """``text``'s result once the frame is drawn: if the page has not run its task
         after the frame in UNMARKED_WAIT_S, frames are drawn until it has, for
-        FRAME_TIMEOUT_S; a page whose animation frames never come (its
+        FRAMES_WAIT_S; a page whose animation frames never come (its
         ``requestAnimationFrame`` replaced, say) has its marks taken off and its text
         read by the environment instead."""
         if not text.done():
             done, _ = await asyncio.wait({text}, timeout=UNMARKED_WAIT_S)
             if not done:
                 with contextlib.suppress(TimeoutError):
-                    through = self.lease.frames.through(self.page, text)
-                    await asyncio.wait_for(through, FRAME_TIMEOUT_S)
+                    await self.lease.frames.through(self.page, text, within=FRAMES_WAIT_S)
         if text.done() and not text.cancelled():
             return text.result()
         await self.page.evaluate(REMOVE_OVERLAY_JS)

@@ -132,13 +132,20 @@ class FrameClock:
         finally:
             self._quiet -= 1
 
-    async def through(self, page: Page, waiting: Awaitable[T]) -> T:
+    async def through(self, page: Page, waiting: Awaitable[T], within: float | None = None) -> T:
         """``waiting`` (a script waiting for animation frames, say), with ``page``'s
         frames drawn back to back until it is done: two animation frames cost two frames
-        drawn, not two ticks of a 60 Hz clock."""
+        drawn, not two ticks of a 60 Hz clock. ``within`` seconds at most: then
+        ``waiting`` is cancelled and TimeoutError raised (a deadline of its own, not an
+        outer ``wait_for``, whose cancellation a frame answered at that moment may
+        swallow on Python 3.11, leaving the loop drawing for ever)."""
         task = asyncio.ensure_future(waiting)
+        loop = asyncio.get_running_loop()
+        until = None if within is None else loop.time() + within
         try:
             while not task.done():
+                if until is not None and loop.time() >= until:
+                    raise TimeoutError(f"not done after {within} s of frames")
                 try:
                     await self.frame(page)
                 except FrameError:  # not drawn now: the page's own pace, until it is done

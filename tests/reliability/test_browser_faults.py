@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import time
 
+import numpy as np
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from PIL import Image
 
 from rollout.env import browser_pool, make_env
 from rollout.sidecar.procs import group_pids
@@ -19,6 +22,7 @@ from tests.reliability.test_bad_input import task
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.multiprocess]
 BIG = 50 << 20  # bytes of the big page
+MARK = (0xE0, 0x11, 0x5F)  # the colour of som's marks
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -59,6 +63,10 @@ async def hostile():
     async def landing(request):
         return html("<p>landed here</p>")
 
+    async def norafs(request):  # animation frames that never come, on a page to scroll
+        rows = "".join(f'<p>row {i} <a href="/landing">link {i}</a></p>' for i in range(120))
+        return html(rows + "<script>window.requestAnimationFrame = () => 0;</script>")
+
     async def download(request):
         return web.Response(
             body=b"\x00" * 4096,
@@ -68,7 +76,7 @@ async def hostile():
 
     app = web.Application()
     for path, fn in [("/loop", loop), ("/big", big), ("/redirect-loop", redirect_loop),
-                     ("/popup", popup), ("/tab", tab), ("/dialogs", dialogs), ("/landing", landing), ("/download", download)]:  # fmt: skip
+                     ("/popup", popup), ("/tab", tab), ("/dialogs", dialogs), ("/landing", landing), ("/download", download), ("/norafs", norafs)]:  # fmt: skip
         app.router.add_get(path, fn)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
@@ -78,8 +86,11 @@ async def hostile():
     await runner.cleanup()
 
 
-def config(hostile: str) -> EnvConfig:
-    return EnvConfig(allowed_hosts=(hostile.split("//")[1],), action_timeout_s=4.0, max_steps=50)
+def config(hostile: str, **over) -> EnvConfig:
+    return EnvConfig(
+        **{"allowed_hosts": (hostile.split("//")[1],), "action_timeout_s": 4.0, "max_steps": 50}
+        | over
+    )
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -92,13 +103,13 @@ async def pool(web_url, hostile):
         assert group_pids(g) == []  # nothing of the browser is left
 
 
-async def _pair(pool, web_url, hostile, mode="playwright"):
+async def _pair(pool, web_url, hostile, mode="playwright", **over):
     """The episode that meets the fault, and a bystander in the same browser."""
     envs, leases = [], []
     for _ in range(2):
         cm = pool.context()
         lease = await cm.__aenter__()
-        env = make_env(mode, web_url, config(hostile), SearchConfig(), lease=lease)
+        env = make_env(mode, web_url, config(hostile, **over), SearchConfig(), lease=lease)
         await env.reset(task(web_url))
         envs.append(env)
         leases.append(cm)
@@ -227,6 +238,33 @@ async def test_a_tab_opened_while_text_is_extracted_is_named_with_the_page_read(
         )
         await _bystander_ok(other, web_url)
         row["observed"] = "Note: " + o.note
+    finally:
+        await _close([env, other], leases)
+
+
+async def test_a_page_whose_animation_frames_never_come_is_observed_in_time(
+    pool, web_url, hostile, fault
+):
+    """A page that replaced requestAnimationFrame: the scroll's two-frame wait and the
+    marked screenshot's removal of its marks (both wait for animation frames) give up
+    on them, and each step is observed within the action's time, marks in its image."""
+    row = fault(
+        "a page whose animation frames never come (requestAnimationFrame replaced), som "
+        "with screenshots",
+        "each step observed within the action timeout, the marks in its image",
+    )
+    (env, other), leases = await _pair(pool, web_url, hostile, mode="som", screenshots=True)
+    try:
+        took = []
+        for action in (f'goto("{hostile}/norafs")', 'scroll("down")', 'scroll("up")'):
+            t0 = time.monotonic()
+            o = (await env.step(action)).observation
+            took.append(time.monotonic() - t0)
+            assert o.error is None and "[1]" in o.text, (action, o.error)
+            px = np.asarray(Image.open(io.BytesIO(o.screenshot)).convert("RGB"), np.int16)
+            assert (np.abs(px - np.array(MARK)) <= 8).all(axis=-1).sum() > 0, action
+        await _bystander_ok(other, web_url)
+        row["observed"] = f"goto, scroll, scroll observed, the slowest in {max(took):.1f} s"
     finally:
         await _close([env, other], leases)
 

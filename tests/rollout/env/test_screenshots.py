@@ -312,11 +312,13 @@ async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(
 
 
 async def test_a_page_whose_animation_frames_never_come_still_gets_its_marked_shot(pool, site):
-    """The marks come off in the page's task after the frame's animation frames; where
-    those never come (the page replaced requestAnimationFrame) the environment takes them
-    off and reads the text itself, within the action's time."""
+    """The marks come off in the page's task after the frame's animation frames, and a
+    scroll waits two animation frames; where those never come (the page replaced
+    requestAnimationFrame) the environment takes the marks off and reads the text
+    itself, and the scroll's wait ends, within the action's time."""
     async with Env(pool, site, "/norafs") as e:
-        for o in (e.env.first, (await e.env.step('scroll("up")')).observation):
+        steps = [(await e.env.step(a)).observation for a in ('scroll("up")', 'scroll("down")')]
+        for o in (e.env.first, *steps):
             assert o.error is None, o.error
             assert pixels(o.screenshot, MARK) > 0
             assert "Paragraph 79" in o.page_text and not (await page_state(e))["overlay"]
