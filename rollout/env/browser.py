@@ -69,6 +69,8 @@ SETTLE_S = 0.5  # after an action, wait at most this long for the page's own req
 NAV_START_S = 0.05  # after a click, how long a navigation it caused may take to start
 # an observation's page_text (the whole page, for the citation verifier) stops here
 PAGE_TEXT_CHARS = 1_000_000
+# the labeller's options for that text: from the top, without numbers
+_WHOLE_PAGE = {"marks": False, "fromViewport": False, "maxChars": PAGE_TEXT_CHARS, "maxLabels": 0}
 # after a frame is drawn, how long its page may take to run its animation frame's task
 # before frames are drawn until it has (SomBackend._drawn_shot)
 UNMARKED_WAIT_S = 0.5
@@ -500,10 +502,7 @@ class PlaywrightBackend:
             and view.get("scrollY", 0) == 0
         ):
             return view["text"]
-        whole = await run_labeller(
-            self.page,
-            {"marks": False, "fromViewport": False, "maxChars": PAGE_TEXT_CHARS, "maxLabels": 0},
-        )
+        whole = await run_labeller(self.page, _WHOLE_PAGE)
         return whole["text"]
 
     async def _observe(self) -> Observation:
@@ -736,10 +735,9 @@ class SomBackend(PlaywrightBackend):
 
     async def _unmarked_text(self) -> str:
         """``_page_text(None)``, read once the page has taken its marks off (_drawn_shot)."""
-        opts = {"marks": False, "fromViewport": False, "maxChars": PAGE_TEXT_CHARS, "maxLabels": 0}
-        raw = await self.page.evaluate(UNMARKED_TEXT_CALL_JS, opts)
+        raw = await self.page.evaluate(UNMARKED_TEXT_CALL_JS, _WHOLE_PAGE)
         if raw is None:
-            raw = await self.page.evaluate(UNMARKED_TEXT_JSON_JS, opts)
+            raw = await self.page.evaluate(UNMARKED_TEXT_JSON_JS, _WHOLE_PAGE)
         return json.loads(raw)["text"]
 
     async def _marked_shot(self) -> bytes:

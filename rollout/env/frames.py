@@ -102,7 +102,6 @@ class FrameClock:
         self._busy = asyncio.Event()  # set while acting: idle waits end at once
         self._closed = False
         self.frames = 0  # frames drawn (every page), for tests and benchmarks
-        self.blank = 0  # frames drawn for a screenshot that came without it
 
     async def start(self) -> None:
         self.context.on("page", self._track)
@@ -183,7 +182,6 @@ class FrameClock:
                 raise NoImage("the frame was drawn without its image")
             if loop.time() >= give_up:
                 raise FrameError(f"no frame with its screenshot drawn in {FRAME_TIMEOUT_S} s")
-            self.blank += 1
             await asyncio.sleep(0)  # the browser's other pages may draw in between
 
     async def _draw(self, page: Page, params: dict) -> dict:
