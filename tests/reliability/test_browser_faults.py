@@ -6,23 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import time
 
-import numpy as np
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from PIL import Image
 
 from rollout.env import browser_pool, make_env
 from rollout.sidecar.procs import group_pids
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.reliability.test_bad_input import task
+from tests.rollout.env.images import MARK_RGB, pixels
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.multiprocess]
 BIG = 50 << 20  # bytes of the big page
-MARK = (0xE0, 0x11, 0x5F)  # the colour of som's marks
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -261,8 +258,7 @@ async def test_a_page_whose_animation_frames_never_come_is_observed_in_time(
             o = (await env.step(action)).observation
             took.append(time.monotonic() - t0)
             assert o.error is None and "[1]" in o.text, (action, o.error)
-            px = np.asarray(Image.open(io.BytesIO(o.screenshot)).convert("RGB"), np.int16)
-            assert (np.abs(px - np.array(MARK)) <= 8).all(axis=-1).sum() > 0, action
+            assert pixels(o.screenshot, MARK_RGB) > 0, action
         await _bystander_ok(other, web_url)
         row["observed"] = f"goto, scroll, scroll observed, the slowest in {max(took):.1f} s"
     finally:

@@ -13,6 +13,7 @@ from aiohttp import web
 from rollout.env import browser_pool, make_env
 from rollout.sidecar.procs import group_pids
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
+from tests.rollout.env.images import MARK_RGB, pixels
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
 
@@ -265,18 +266,9 @@ async def test_budget_truncates_and_answers_terminate(web_url):
         await env.close()
 
 
-MARK_RGB = (0xE0, 0x11, 0x5F)  # the colour OVERLAY_JS draws the marks in
-
-
 def mark_pixels(image: bytes) -> int:
     """How many pixels of an image are (within JPEG's error of) the marks' colour."""
-    import io
-
-    import numpy as np
-    from PIL import Image
-
-    px = np.asarray(Image.open(io.BytesIO(image)).convert("RGB"), dtype=np.int16)
-    return int((np.abs(px - np.array(MARK_RGB)) <= 24).all(axis=-1).sum())
+    return pixels(image, MARK_RGB, tolerance=24)
 
 
 async def test_screenshots_are_pngs_and_som_draws_its_marks(pool, web_url):

@@ -7,13 +7,10 @@ out, shadow DOM, iframes, and the text window of a scrolled page.
 """
 
 import html
-import io
 
-import numpy as np
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from PIL import Image
 
 from rollout.env.browser import run_labeller
 from rollout.env.som_js import (
@@ -23,6 +20,7 @@ from rollout.env.som_js import (
     OVERLAY_JS,
     REMOVE_OVERLAY_JS,
 )
+from tests.rollout.env.images import MARK_RGB, pixels
 
 pytestmark = [pytest.mark.browser]
 
@@ -576,9 +574,7 @@ async def test_overlay_draws_its_marks_where_page_styles_cannot_reach_them(page)
         await page.set_content(extra + controls(40))
         view = await label(page)
         await page.evaluate(OVERLAY_JS, view["elements"])
-        shot = Image.open(io.BytesIO(await page.screenshot())).convert("RGB")
-        px = np.asarray(shot, dtype=np.int16)
-        assert (np.abs(px - np.array((0xE0, 0x11, 0x5F))) <= 8).all(axis=-1).sum() > 500, extra
+        assert pixels(await page.screenshot(), MARK_RGB) > 500, extra
         assert (await label(page))["text"] == view["text"]
         await page.evaluate(REMOVE_OVERLAY_JS)
 

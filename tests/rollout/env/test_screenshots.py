@@ -2,17 +2,15 @@
 the page held still), scrolls that move nothing or glide, and the uncompressed channel."""
 
 import asyncio
-import io
 
-import numpy as np
 import pytest
 import pytest_asyncio
 from aiohttp import web
-from PIL import Image
 
 from rollout.env import browser_pool, make_env
 from rollout.env.frames import IDLE_HZ, IDLE_MAX_S
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
+from tests.rollout.env.images import MARK_RGB, pixels
 
 pytestmark = [pytest.mark.browser, pytest.mark.multiprocess]
 
@@ -115,11 +113,6 @@ class Env:
         await self.cm.__aexit__(*exc)
 
 
-def pixels(image: bytes, rgb) -> int:
-    px = np.asarray(Image.open(io.BytesIO(image)).convert("RGB"), dtype=np.int16)
-    return int((np.abs(px - np.array(rgb)) <= 8).all(axis=-1).sum())
-
-
 async def page_state(e: Env) -> dict:
     return await e.env.backend.page.evaluate(
         "() => ({y: scrollY, overlay: !!document.getElementById('__som_overlay'),"
@@ -136,7 +129,7 @@ async def test_a_scroll_s_shot_is_taken_during_its_wait_when_the_page_holds_stil
         assert o.screenshot[:4] == b"\x89PNG" and o.elements
         assert e.env.backend.last_screenshot == o.screenshot
         # what the shot shows is what the text says: the marks of the elements now in view
-        assert pixels(o.screenshot, (0xE0, 0x11, 0x5F)) > 100 * len(o.elements)
+        assert pixels(o.screenshot, MARK_RGB) > 100 * len(o.elements)
         assert "Paragraph 0 " not in o.text and o.elements[0]["id"] == 1
         assert await page_state(e) == {"y": 576, "overlay": False, "watching": False}
 
@@ -239,7 +232,7 @@ async def test_the_environment_s_clock_draws_frames_only_as_needed(pool, site):
         await a.lease.frames.frame(pa)
         assert await pa.evaluate("1") == 1
         o = (await a.env.step('scroll("down")')).observation
-        assert o.error is None and pixels(o.screenshot, (0xE0, 0x11, 0x5F)) > 0
+        assert o.error is None and pixels(o.screenshot, MARK_RGB) > 0
 
 
 async def test_a_frame_drawn_while_a_new_renderer_starts_still_gives_its_screenshot(pool, site):
@@ -278,9 +271,6 @@ async def test_between_actions_frames_are_drawn_ever_more_rarely(pool, site):
             assert all(3 <= n <= 6 for n in drawn), drawn
 
 
-MARK = (0xE0, 0x11, 0x5F)  # the marks' colour
-
-
 async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(pool, site):
     """With the environment's clock the page takes its marks off once the frame with them
     is drawn. When that frame comes without its image (as the first frames of a new
@@ -303,12 +293,12 @@ async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(
         o = (await e.env.step('scroll("down")')).observation
         frames._draw = real
         assert dropped and o.error is None
-        assert pixels(o.screenshot, MARK) > 0 and pixels(o.screenshot, COLOURS["127.0.0.1"]) > 0
+        assert pixels(o.screenshot, MARK_RGB) > 0 and pixels(o.screenshot, COLOURS["127.0.0.1"]) > 0
         assert "Paragraph 79" in o.page_text and "[" not in o.page_text
         assert not (await page_state(e))["overlay"]
         # and the ordinary way: one frame, its image marked, the marks gone after
         o = (await e.env.step('scroll("up")')).observation
-        assert pixels(o.screenshot, MARK) > 0 and not (await page_state(e))["overlay"]
+        assert pixels(o.screenshot, MARK_RGB) > 0 and not (await page_state(e))["overlay"]
 
 
 async def test_a_page_whose_animation_frames_never_come_still_gets_its_marked_shot(pool, site):
@@ -320,5 +310,5 @@ async def test_a_page_whose_animation_frames_never_come_still_gets_its_marked_sh
         steps = [(await e.env.step(a)).observation for a in ('scroll("up")', 'scroll("down")')]
         for o in (e.env.first, *steps):
             assert o.error is None, o.error
-            assert pixels(o.screenshot, MARK) > 0
+            assert pixels(o.screenshot, MARK_RGB) > 0
             assert "Paragraph 79" in o.page_text and not (await page_state(e))["overlay"]
