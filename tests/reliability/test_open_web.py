@@ -310,6 +310,11 @@ async def test_the_browser_goes_by_the_same_rules(site, tinyproxies, origin, fau
 
     cfg = EnvConfig(max_steps=100, proxies=tuple(p.url for p in tinyproxies), action_timeout_s=8)
     net = Net(origin.url, cfg)
+    # Proxy-0 dies between every episode's first page and its second: each episode waits
+    # for the others' first pages and for the kill (a slow first step of episode 0 let
+    # another episode read its second page through proxy-0 before the kill).
+    first_pages = asyncio.Barrier(3)
+    killed = asyncio.Event()
     async with browser_pool(origin.url, cfg, rollout, net) as pool:
 
         async def episode(i: int) -> list[str]:
@@ -318,9 +323,12 @@ async def test_the_browser_goes_by_the_same_rules(site, tinyproxies, origin, fau
                 env = make_env("playwright", origin.url, cfg, lease=lease, net=net)
                 await env.reset(_task(origin.url))
                 for k in range(3):
-                    if k == 1 and i == 0:
-                        tinyproxies[0].kill()
-                    await asyncio.sleep(0.2 * (k == 1))
+                    if k == 1:
+                        await asyncio.wait_for(first_pages.wait(), 60)
+                        if i == 0:
+                            tinyproxies[0].kill()  # returns once the process is gone
+                            killed.set()
+                        await killed.wait()
                     r = await env.step(f'goto("{origin.url}/p{i}/{k}")')
                     assert "Error:" not in r.text, r.text[:400]
                     seen.append(re.search(r"proxy-\d+", r.text).group(0))
