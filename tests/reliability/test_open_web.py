@@ -328,7 +328,7 @@ async def test_the_browser_goes_by_the_same_rules(site, tinyproxies, origin, fau
                         if i == 0:
                             tinyproxies[0].kill()  # returns once the process is gone
                             killed.set()
-                        await killed.wait()
+                        await asyncio.wait_for(killed.wait(), 60)
                     r = await env.step(f'goto("{origin.url}/p{i}/{k}")')
                     assert "Error:" not in r.text, r.text[:400]
                     seen.append(re.search(r"proxy-\d+", r.text).group(0))
