@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 
 from rollout.net.politeness import HostLimiter, RobotsCache
-from rollout.net.proxies import DIRECT, ProxyPool, Upstream, fetch_via
+from rollout.net.proxies import DIRECT, RESEND_TRACE, ProxyPool, Upstream, fetch_via
 from rollout.net.resolver import SafeResolver
 from rollout.net.urls import UrlPolicy, UrlRefused, check_url
 from shared.config import EnvConfig
@@ -151,7 +151,10 @@ class Net:
         """A session going out through ``upstream``: directly, on a connector of its own
         whose every address passed the egress rules; or on the proxy pool's shared
         connector for that upstream. ``kwargs`` (a cookie jar) go to the session."""
-        common = dict(headers={"User-Agent": self.user_agent}, timeout=self.timeout, **kwargs)
+        common = dict(
+            headers={"User-Agent": self.user_agent}, timeout=self.timeout,
+            trace_configs=[RESEND_TRACE], **kwargs,
+        )  # fmt: skip
         if upstream is DIRECT:
             return aiohttp.ClientSession(connector=self.connector(), **common)
         connector = self.proxies.connector(upstream)

@@ -42,6 +42,7 @@ from python_socks.async_.asyncio import Proxy as SocksProxy
 
 from rollout.net.proxies import (
     DIRECT,
+    RESEND_TRACE,
     NoUpstream,
     Opened,
     ProxyPool,
@@ -215,6 +216,7 @@ class EgressProxy:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,
                 timeout=self.timeout,
+                trace_configs=[RESEND_TRACE],
             )
         return self._sessions[upstream.name]
 

@@ -12,6 +12,11 @@ mode (:func:`fetch_via`) and the browsers' egress proxy (:mod:`rollout.net.egres
   (:func:`ban_signal`), is benched for ``cooldown_s`` and the episode moves to
   another (:meth:`ProxyPool.failover`). A request that never reached the upstream is
   retried on the next one; a GET/HEAD answered with a ban is retried once.
+- A request sent on a kept-alive connection that the far side had closed (tinyproxy,
+  for one, closes after every answer while its answers announce HTTP/1.1) is sent
+  again, whatever its method, as browsers do: the far side closed before answering,
+  on a connection it had already finished with. The session must carry
+  :data:`RESEND_TRACE` to know a kept-alive connection from a new one.
 - When every upstream is benched :class:`NoUpstream` is raised: the caller ends the
   episode as an infrastructure error.
 
@@ -48,6 +53,7 @@ CAPTCHA_MARKERS = (
     b"are you a robot", b"are you a human", b"verify you are human", b"not a robot",
     b"/sorry/index", b"captcha",
 )  # fmt: skip
+MAX_RESENDS = 8  # sendings on kept-alive connections found closed, per request
 # Failures that happen before a request reaches the upstream's far side: safe to retry.
 CONNECT_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientProxyConnectionError,
@@ -333,6 +339,32 @@ def _decoded(head: bytes, encoding: str) -> bytes:
     return head if not encoding or encoding == "identity" else b""
 
 
+# ---------------------------------------------------------------------------- stale connections
+
+
+class _Attempt:
+    """One sending of a request: whether it went out on a connection taken from the pool."""
+
+    reused = False
+
+
+async def _on_reuse(session, ctx, params) -> None:
+    if isinstance(ctx.trace_request_ctx, _Attempt):
+        ctx.trace_request_ctx.reused = True
+
+
+# Give sessions that :func:`open_via` sends through ``trace_configs=[RESEND_TRACE]``: it
+# is how a request learns that its connection was a kept-alive one.
+RESEND_TRACE = aiohttp.TraceConfig()
+RESEND_TRACE.on_connection_reuseconn.append(_on_reuse)
+RESEND_TRACE.freeze()
+# What a kept-alive connection closed by the far side before any answer raises.
+STALE_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+)
+
+
 # ---------------------------------------------------------------------------- the policy
 
 
@@ -366,19 +398,29 @@ async def open_via(
     ``session.request``. A failure to connect fails over and retries on the next
     upstream (at most once per upstream), as does an http upstream's 407 (credentials
     refused; tinyproxy's non-standard 401 is passed on as an answer); a ban fails over
-    and, for GET/HEAD when ``retry_ban``, retries once. Errors after the request was sent propagate, as do
-    :class:`NoUpstream` and, on the direct path (no pool, or an empty one), every
-    error.
+    and, for GET/HEAD when ``retry_ban``, retries once. A request that went out on a
+    kept-alive connection which turns out closed before any answer is sent again on
+    the same upstream, until it goes out on a new connection (at most
+    :data:`MAX_RESENDS` times; the session must carry :data:`RESEND_TRACE`; aiohttp
+    does it once by itself for idempotent methods). Other errors after the request was
+    sent propagate, as do :class:`NoUpstream` and, on the direct path (no pool, or an
+    empty one), every error.
     """
     upstream = pool.assign(episode) if pool is not None else DIRECT
     connects_left = len(pool) if pool is not None else 0
     ban_retries = 1 if retry_ban and method.upper() in ("GET", "HEAD") else 0
+    resends = MAX_RESENDS
     async with contextlib.AsyncExitStack() as stack:
         while True:
+            attempt = _Attempt()
             try:
                 response = await stack.enter_async_context(
                     session_for(upstream).request(
-                        method, url, **kwargs, **request_kwargs(upstream, url, headers)
+                        method,
+                        url,
+                        trace_request_ctx=attempt,
+                        **kwargs,
+                        **request_kwargs(upstream, url, headers),
                     )
                 )
             except CONNECT_ERRORS as e:
@@ -386,6 +428,14 @@ async def open_via(
                     raise
                 connects_left -= 1
                 upstream = pool.failover(episode, upstream, f"{type(e).__name__}: {e}")
+                continue
+            except STALE_ERRORS as e:
+                if not (attempt.reused and resends > 0 and _replayable(kwargs.get("data"))):
+                    raise
+                resends -= 1
+                log.info(
+                    "%s %s: its kept-alive connection was closed (%s): sent again", method, url, e
+                )
                 continue
             if response.status == 407 and upstream.scheme == "http" and connects_left > 0:
                 # The proxy refused our credentials: the request never reached the site.
@@ -409,6 +459,11 @@ async def open_via(
             ban_retries -= 1
             response.release()
             await stack.aclose()
+
+
+def _replayable(data) -> bool:
+    """Whether a request body can be sent a second time as it was the first."""
+    return data is None or isinstance(data, (bytes, bytearray, str))
 
 
 async def _read_head(response: aiohttp.ClientResponse) -> bytes:

@@ -25,6 +25,7 @@ from tests.rollout.net.test_proxies import Origin, via_of
 
 # The real proxies and the origin, shared with test_proxies.py.
 origin_server, origin, tinyproxies = shared.origin_server, shared.origin, shared.tinyproxies
+lazy_closer = shared.lazy_closer
 
 pytestmark = pytest.mark.multiprocess
 FAST = dict(health_interval_s=0.3, health_timeout_s=5.0, launch_timeout_s=20.0)
@@ -129,6 +130,24 @@ async def test_every_upstream_dead_is_a_502_the_environment_can_see(tinyproxies,
         assert "benched" in body and "benched" in egress.no_upstream["a"]
         await egress.close_channel("a")
         assert "a" not in egress.no_upstream
+
+
+async def test_a_form_post_after_a_page_gets_through_an_upstream_that_closed_the_connection(
+    lazy_closer, origin
+):
+    # The upstream keeps no connection past its answer, as tinyproxy does: the egress's
+    # pooled connection to it is stale when the browser's POST comes, and is replaced.
+    async with egress_through(origin, [lazy_closer.url]) as egress:
+        port = port_of(await egress.open_channel("a"))
+        status, _, body = await get(port, f"{origin.url}/page")
+        assert status == 200 and body.endswith("GET /page")
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s,
+            s.post(f"{origin.url}/form", data=b"q=1", proxy=f"http://127.0.0.1:{port}") as r,
+        ):
+            assert r.status == 200 and (await r.text()).endswith("POST /form")
+    assert lazy_closer.answered == [(1, "GET", "/page"), (2, "POST", "/form")]
+    assert lazy_closer.dropped == [(1, "POST", "/form")]
 
 
 async def test_gate_user_agent_and_allowlist_direct(origin):

@@ -27,7 +27,15 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from rollout.net.proxies import DIRECT, NoUpstream, ProxyPool, Upstream, ban_signal, fetch_via
+from rollout.net.proxies import (
+    DIRECT,
+    RESEND_TRACE,
+    NoUpstream,
+    ProxyPool,
+    Upstream,
+    ban_signal,
+    fetch_via,
+)
 
 pytestmark = pytest.mark.multiprocess
 SECRET = "s3cret-pw"
@@ -218,6 +226,7 @@ class Sessions:
                 connector=self.pool.connector(upstream) if shared else aiohttp.TCPConnector(),
                 connector_owner=not shared,
                 timeout=aiohttp.ClientTimeout(total=10),
+                trace_configs=[RESEND_TRACE],  # as api mode's sessions (rollout.net.core)
             )
         return self._by_name[upstream.name]
 
@@ -351,6 +360,109 @@ async def test_max_bytes_caps_the_body(tinyproxies, origin):
     async with sessions(pool) as s:
         got = await fetch_via(pool, "a", "GET", f"{origin.url}/big", session_for=s, max_bytes=10)
     assert len(got.body) == 11  # one more than the cap: the caller knows it was cut
+
+
+# ----------------------------------------------------------------------------- stale connections
+
+
+@dataclass
+class LazyCloser:
+    """An http proxy on loopback that answers every request itself, keeps the connection
+    open after the answer (HTTP/1.1, no ``Connection: close``) and closes a connection,
+    unanswered, when a second request arrives on it: the race where a proxy (tinyproxy)
+    closes after its answer but the client takes the connection from its pool first,
+    made certain. A request for ``/die`` is closed unanswered on any connection."""
+
+    url: str = ""
+    answered: list[tuple[int, str, str]] = field(default_factory=list)  # (connection, method, path)
+    dropped: list[tuple[int, str, str]] = field(default_factory=list)
+    connections: int = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn, served = self.connections, 0
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                line, *fields = head.decode().split("\r\n")
+                method, target, _ = line.split(" ")
+                path = "/" + target.split("/", 3)[3]
+                size = next(
+                    (
+                        int(f.split(":")[1])
+                        for f in fields
+                        if f.lower().startswith("content-length")
+                    ),
+                    0,
+                )
+                await reader.readexactly(size)
+                if served or path == "/die":
+                    self.dropped.append((conn, method, path))
+                    return
+                served += 1
+                self.answered.append((conn, method, path))
+                body = f"<p id=via>lazy</p>{method} {path}".encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest_asyncio.fixture
+async def lazy_closer():
+    proxy = LazyCloser()
+    server = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
+    proxy.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        yield proxy
+
+
+async def test_a_post_on_a_kept_alive_connection_the_proxy_closed_is_sent_again(lazy_closer):
+    pool = ProxyPool([lazy_closer.url])
+    site = "http://127.0.0.1:9"  # never reached: the proxy answers itself
+    async with sessions(pool) as s:
+        got = await fetch_via(pool, "a", "GET", f"{site}/one", session_for=s)
+        post = await fetch_via(pool, "a", "POST", f"{site}/two", data=b"x", session_for=s)
+    assert got.status == 200 and post.status == 200 and post.body.endswith(b"POST /two")
+    assert lazy_closer.answered == [(1, "GET", "/one"), (2, "POST", "/two")]  # sent again, anew
+    assert lazy_closer.dropped == [(1, "POST", "/two")]
+    stats = pool.stats()[lazy_closer.url]
+    assert stats["failures"] == 0 and not stats["benched"]  # not the proxy's fault
+
+
+async def test_a_post_goes_through_every_closed_connection_in_the_pool(lazy_closer):
+    # Two pages at once leave two kept-alive connections in the pool, both closed by the
+    # proxy: the POST is sent on each, then on a new one.
+    method = "POST"
+    pool = ProxyPool([lazy_closer.url])
+    site = "http://127.0.0.1:9"
+    async with sessions(pool) as s:
+        pages = [fetch_via(pool, "a", "GET", f"{site}/{i}", session_for=s) for i in (1, 2)]
+        assert [p.status for p in await asyncio.gather(*pages)] == [200, 200]
+        got = await fetch_via(pool, "a", method, f"{site}/three", data=b"x", session_for=s)
+    assert got.status == 200 and got.body.endswith(f"{method} /three".encode())
+    assert sorted(c for c, *_ in lazy_closer.dropped) == [1, 2]  # each stale one, once
+    assert lazy_closer.answered[-1] == (3, method, "/three")
+
+
+async def test_a_post_is_sent_again_only_when_its_connection_was_a_kept_alive_one(lazy_closer):
+    pool = ProxyPool([lazy_closer.url])
+    site = "http://127.0.0.1:9"
+    async with sessions(pool) as s:
+        with pytest.raises(aiohttp.ServerDisconnectedError):  # a new connection: not resent
+            await fetch_via(pool, "a", "POST", f"{site}/die", data=b"x", session_for=s)
+    assert lazy_closer.dropped == [(1, "POST", "/die")]
+    # A session without RESEND_TRACE cannot tell a kept-alive connection: the error stands.
+    async with aiohttp.ClientSession() as bare:
+        await fetch_via(pool, "b", "GET", f"{site}/one", session_for=lambda u: bare)
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await fetch_via(pool, "b", "POST", f"{site}/two", data=b"x", session_for=lambda u: bare)
+    assert lazy_closer.dropped == [(1, "POST", "/die"), (2, "POST", "/two")]
 
 
 # ----------------------------------------------------------------------------- credentials
