@@ -5,6 +5,11 @@ The command's name; the code is :mod:`learner.embedded.sft` (``--help`` there sa
 
 import sys
 
+if __name__ == "__main__":
+    from learner.training.host_memory import restart_with_huge_pages
+
+    restart_with_huge_pages()  # before JAX is imported (learner.training.host_memory)
+
 from learner.embedded.sft import main
 
 if __name__ == "__main__":

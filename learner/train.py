@@ -348,4 +348,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from learner.training.host_memory import restart_with_huge_pages
+
+    restart_with_huge_pages()  # before JAX is imported (learner.training.host_memory)
     sys.exit(main())
