@@ -402,9 +402,9 @@ async def open_via(
     kept-alive connection which turns out closed before any answer is sent again on
     the same upstream, until it goes out on a new connection (at most
     :data:`MAX_RESENDS` times; the session must carry :data:`RESEND_TRACE`; aiohttp
-    does it once by itself for idempotent methods). Other errors after the request was
-    sent propagate, as do :class:`NoUpstream` and, on the direct path (no pool, or an
-    empty one), every error.
+    does it once by itself for idempotent methods; the direct path too). Other errors
+    after the request was sent propagate, as do :class:`NoUpstream` and, on the direct
+    path (no pool, or an empty one), every other error.
     """
     upstream = pool.assign(episode) if pool is not None else DIRECT
     connects_left = len(pool) if pool is not None else 0
