@@ -1,8 +1,8 @@
 """Huge pages for XLA:CPU's buffers, on and off, side by side in one run.
 
 With ``LEARNER_HUGE_PAGES=1`` the learner's commands start again with
-``glibc.malloc.hugetlb=1`` in ``GLIBC_TUNABLES`` (``learner.training.host_memory``). A tunable is read when a process
-starts, so each setting runs in a process of its own: ``bench/learner.py --no-long``
+``glibc.malloc.hugetlb=1`` in ``GLIBC_TUNABLES`` (``learner.training.host_memory``).
+A tunable is read when a process starts, so each setting runs in a process of its own: ``bench/learner.py --no-long``
 (the GRPO step of the tiny and the ~50M config, and with a KL term the reference's
 forward inside the step and as a program of its own) and ``bench/decode.py`` (the
 embedded engine's generation), off then on, ``--rounds`` times, alternated. For each
@@ -105,12 +105,15 @@ def main() -> int:
                 )  # fmt: skip
 
     def med(setting, script, pick):
+        """The median over rounds of ``pick(run)`` for one script and setting."""
         return statistics.median(
-            pick(x["result"]) for x in runs if x["setting"] == setting and x["script"] == script
+            pick(x) for x in runs if x["setting"] == setting and x["script"] == script
         )
 
     def pair(script, pick, higher_is_better=True):
-        off, on = med("off", script, pick), med("on", script, pick)
+        """Off, on and on / off of ``pick(result)``, the script's final JSON line."""
+        off = med("off", script, lambda x: pick(x["result"]))
+        on = med("on", script, lambda x: pick(x["result"]))
         return {"off": round(off, 3), "on": round(on, 3), "ratio": round(on / off, 3),
                 "better": "higher" if higher_is_better else "lower"}  # fmt: skip
 
@@ -150,9 +153,7 @@ def main() -> int:
         **{
             key: {
                 s: {
-                    script: statistics.median(
-                        x[key] for x in runs if x["setting"] == s and x["script"] == script
-                    )
+                    script: med(s, script, lambda x, key=key: x[key])
                     for script in (learner, "bench/decode.py")
                 }
                 for s in ("off", "on")

@@ -159,14 +159,17 @@ print(json.dumps({"pid": os.getpid(), "huge_kib": huge, "faults": faults}))
 )
 
 
+def _without_huge_pages() -> dict[str, str]:
+    """This environment without the tunables and the huge-pages switch."""
+    drop = ("GLIBC_TUNABLES", host_memory.HUGE_PAGES_ENV)
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def _restarting(**env) -> list[dict]:
-    base = {
-        k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LEARNER_HUGE_PAGES")
-    }
     out = subprocess.run(
         [sys.executable, "-c", RESTARTING],
         cwd=REPO,
-        env={**base, "JAX_PLATFORMS": "cpu", host_memory.ENV: "0", **env},
+        env={**_without_huge_pages(), "JAX_PLATFORMS": "cpu", host_memory.ENV: "0", **env},
         capture_output=True,
         text=True,
         timeout=300,
@@ -197,13 +200,10 @@ def test_a_command_restarts_itself_with_huge_pages_and_its_buffers_get_them():
     "command", ["learner.train", "learner.serve", "learner.sft", "learner.base"]
 )
 def test_the_commands_restart_before_jax_is_imported(command):
-    base = {
-        k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LEARNER_HUGE_PAGES")
-    }
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", command, "--help"],
         cwd=REPO,
-        env={**base, "JAX_PLATFORMS": "cpu", host_memory.HUGE_PAGES_ENV: "1"},
+        env={**_without_huge_pages(), "JAX_PLATFORMS": "cpu", host_memory.HUGE_PAGES_ENV: "1"},
         capture_output=True,
         text=True,
         timeout=300,
