@@ -16,13 +16,20 @@ not run (``"skipped": "needs N GiB"``) rather than run out of memory.
 
 With a KL term the reference model's forward pass runs either inside the step or as a
 program of its own before it (``learner.reference_forward``): both are timed for each
-model config, alternated on the same batch.
+model config, alternated on the same batch. A third place, ``on_arrival``, runs that
+program on each group as it comes, while the learner waits for the rest: the
+``arrival`` rows time what each of the three leaves between the last group's arrival
+and the end of the step (packing, placing, the reference's part, the step), with the
+groups arriving one by one and the learner idle between them, and the on-arrival
+learner's compute in all (every chunk, then the step).
 
     python bench/learner.py [--steps 5] [--long-steps 2] [--long-length 4096] [--no-long]
 
 Final line: {"bench": "learner", "configs": [{"name", "params", "tokens_per_s",
 "achieved_gflops", "matmul_peak_gflops", "fraction_of_peak"}], "reference": [{"name",
-"inside_tokens_per_s", "separate_tokens_per_s", "separate_over_inside"}], "long": [{"name",
+"inside_tokens_per_s", "separate_tokens_per_s", "separate_over_inside"}], "arrival":
+[{"name", "after_last_group_s": {"in_step", "separate", "on_arrival"}, "on_arrival_total_s",
+"on_arrival_over_in_step", "on_arrival_over_separate"}], "long": [{"name",
 "attention", "remat", "length", "tokens_per_s", "fraction_of_peak", "peak_gib",
 "compile_s"}]}
 """
@@ -46,6 +53,7 @@ sys.path.insert(0, str(REPO))
 from learner.model.config import tiny_config  # noqa: E402
 from learner.model.params import Model, param_info  # noqa: E402
 from learner.training.batching import pack  # noqa: E402
+from learner.training.reference import ArrivalReference  # noqa: E402
 from learner.training.sharding import make_mesh  # noqa: E402
 from learner.training.step import (  # noqa: E402
     compile_reference,
@@ -149,17 +157,23 @@ def measure(name: str, overrides: dict, steps: int, peak: float) -> dict:
     }
 
 
-def measure_reference(name: str, overrides: dict, steps: int) -> dict:
-    """With a KL term (``kl_coef`` 0.1): the step running the reference's forward pass
-    itself against the reference run as a program of its own and the step given its
-    logprobs (``learner.reference_forward``), on the same batch, alternated."""
+def with_kl(overrides: dict) -> tuple:
+    """A model config with a KL term (``kl_coef`` 0.1) on one device: (model config, mesh,
+    state, the compiled step, the compiled reference program)."""
     cfg_model = tiny_config(**overrides)
     model = Model(cfg_model, rngs=nnx.Rngs(0))
     cfg = LearnerConfig(length_buckets=(256,), warmup_steps=0, steps=100, kl_coef=0.1)
     mesh = make_mesh(MeshConfig(data=1), jax.devices()[:1])
     state, shardings = new_state(model, mesh, cfg)
     step = compile_step(model, mesh, cfg, shardings)
-    ref = compile_reference(model, mesh, cfg, shardings)
+    return cfg_model, mesh, state, step, compile_reference(model, mesh, cfg, shardings)
+
+
+def measure_reference(name: str, overrides: dict, steps: int) -> dict:
+    """With a KL term (``kl_coef`` 0.1): the step running the reference's forward pass
+    itself against the reference run as a program of its own and the step given its
+    logprobs (``learner.reference_forward``), on the same batch, alternated."""
+    cfg_model, mesh, state, step, ref = with_kl(overrides)
     batch, tokens = short_batch(mesh, cfg_model.vocab_size)
 
     def separate(state, batch):
@@ -181,6 +195,61 @@ def measure_reference(name: str, overrides: dict, steps: int) -> dict:
         "inside_tokens_per_s": round(tokens / inside, 1),
         "separate_tokens_per_s": round(tokens / apart, 1),
         "separate_over_inside": round(inside / apart, 3),
+    }
+
+
+def measure_arrival(name: str, overrides: dict, steps: int) -> dict:
+    """With a KL term (``kl_coef`` 0.1), 4 groups of 4 trajectories of 256 tokens arriving
+    one by one: the seconds from the last group's arrival to the end of the step for each
+    ``learner.reference_forward`` (packing and placing included; on arrival, the first
+    three groups' chunks have run while the learner waited, the last one's has not), and
+    the on-arrival learner's compute in all. Medians over ``steps`` rounds, the three
+    alternated."""
+    cfg_model, mesh, state, step, ref = with_kl(overrides)
+    arrival = ArrivalReference(ref, mesh, chunk_rows=4, buckets=(256,))
+    data = groups(4, 4, 256, cfg_model.vocab_size)
+
+    def packed(refs=None):
+        return place_batch(pack(data, rows=16, buckets=(256,), ref_logprobs=refs).arrays, mesh)
+
+    def in_step(state):
+        return step(state, packed())
+
+    def separate(state):
+        batch = packed()
+        return step(state, {**batch, "ref_logp_bt": ref(state.ref_params, batch)})
+
+    def on_arrival(state):
+        arrival.add(data[-1:], state.ref_params)
+        return step(state, packed(arrival.finish(state.ref_params)))
+
+    def waited(state):  # the groups before the last, each run while the learner waited
+        for g in data[:-1]:
+            arrival.add([g], state.ref_params)
+            jax.block_until_ready([r for _, _, r in arrival.running])
+
+    times: dict[str, list[float]] = {"in_step": [], "separate": [], "on_arrival": []}
+    totals = []
+    for round_ in range(steps + 1):  # the first round compiles and is not counted
+        for key, fn in (("in_step", in_step), ("separate", separate), ("on_arrival", on_arrival)):
+            t_all = time.perf_counter()
+            if key == "on_arrival":
+                waited(state)
+            t0 = time.perf_counter()
+            state, m = fn(state)
+            jax.block_until_ready(m)
+            t1 = time.perf_counter()
+            if round_:
+                times[key].append(t1 - t0)
+                if key == "on_arrival":
+                    totals.append(t1 - t_all)
+    after = {k: round(float(np.median(v)), 4) for k, v in times.items()}
+    return {
+        "name": name,
+        "after_last_group_s": after,
+        "on_arrival_total_s": round(float(np.median(totals)), 4),
+        "on_arrival_over_in_step": round(after["on_arrival"] / after["in_step"], 3),
+        "on_arrival_over_separate": round(after["on_arrival"] / after["separate"], 3),
     }
 
 
@@ -243,6 +312,16 @@ def main() -> None:
             f" tokens/s, a program of its own {r['separate_tokens_per_s']:,.1f}"
             f" ({r['separate_over_inside']:.2f}x)"
         )
+    arrival = [measure_arrival(name, o, args.steps) for name, o in CONFIGS.items()]
+    for r in arrival:
+        a = r["after_last_group_s"]
+        print(
+            f"{r['name']:>6} with KL, last group to the step's end: in the step "
+            f"{a['in_step']:.3f} s, separate {a['separate']:.3f} s, on arrival "
+            f"{a['on_arrival']:.3f} s ({r['on_arrival_over_in_step']:.2f}x, "
+            f"{r['on_arrival_over_separate']:.2f}x; its compute in all "
+            f"{r['on_arrival_total_s']:.3f} s)"
+        )
     long = []
     if not args.no_long:
         for attention, remat in LONG_VARIANTS:
@@ -252,7 +331,15 @@ def main() -> None:
             long.append(r)
             print(json.dumps(r))
     print(
-        json.dumps({"bench": "learner", "configs": configs, "reference": reference, "long": long})
+        json.dumps(
+            {
+                "bench": "learner",
+                "configs": configs,
+                "reference": reference,
+                "arrival": arrival,
+                "long": long,
+            }
+        )
     )
 
 

@@ -523,11 +523,20 @@ class LearnerConfig:
     clip_eps_low: float = option(0.2, "PPO ratio clip below 1.", ge=0, le=1)
     clip_eps_high: float = option(0.2, "PPO ratio clip above 1 (clip-higher).", ge=0, le=10)
     kl_coef: float = option(0.0, "k3 KL coefficient to a frozen reference; 0 keeps none.", ge=0)
-    reference_forward: Literal["in_step", "separate"] = option(
+    reference_forward: Literal["in_step", "separate", "on_arrival"] = option(
         "in_step",
         "With a KL term, where the reference's logprobs are computed: `in_step`, inside the "
         "step's program; `separate`, a program of its own run before each step, which is "
-        "given them (bench/learner.py times both).",
+        "given them; `on_arrival`, that program run on each group's kept trajectories as "
+        "the group comes from the sidecars, while the learner waits for the rest "
+        "(learner.training.reference; bench/learner.py times all three).",
+    )
+    reference_chunk_rows: int = option(
+        0,
+        'With `reference_forward = "on_arrival"`: trajectories per run of the reference '
+        "program (one per row); 0 takes rollout.group_size. Rounded up to a multiple of the "
+        "rows the mesh and the micro-batches split a batch into.",
+        ge=0,
     )
     temperature: float | None = option(
         None,

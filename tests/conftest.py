@@ -29,6 +29,17 @@ import threading  # noqa: E402
 import pytest  # noqa: E402
 import pytest_asyncio  # noqa: E402
 
+
+def load_bench(name: str):
+    """``bench/<name>.py`` imported as a module (the benches are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 WEB_CACHE = REPO / ".cache" / "web"  # shared with `python -m rollout.web`: built once
 CHROMIUM = "/usr/bin/chromium-headless-shell"
 CHROMIUM_ARGS = [

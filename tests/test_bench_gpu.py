@@ -5,21 +5,17 @@ case order and FLOP count by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "bench" / "gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu")
 
 
 def test_the_cases_run_the_goal_first_and_each_once():

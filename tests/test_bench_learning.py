@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
-from tests.conftest import REPO
+from tests.conftest import load_bench
 
 
 def _checks():
-    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.learning_checks
+    return load_bench("learning").learning_checks
 
 
 SUMMARY = {

@@ -4,22 +4,16 @@ every input says where it comes from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_projection", REPO / "bench" / "projection.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("projection")
 
 
 def test_trajectory_tokens_and_step_flops_by_hand():

@@ -50,13 +50,22 @@ The arrays (B = ``rows``, T = the bucket), in both layouts:
   the unpacked layout's rows x T, so that a packed batch's loss is the unpacked one;
 - ``adv_b`` float32 (B,) unpacked: the row's advantage; ``adv_bt`` float32 (B, T)
   packed: each column's trajectory advantage (0 on padding);
-- ``old_logp_bt`` float32, with ``with_old_logp``: a copy of ``rollout_logp_bt``.
+- ``old_logp_bt`` float32, with ``with_old_logp``: a copy of ``rollout_logp_bt``;
+- ``ref_logp_bt`` float32, with ``ref_logprobs``: the frozen reference's logprob of the
+  target, computed before the batch was packed (:func:`reference_rows`, as groups arrive:
+  ``learner.training.reference``), 0 on padding.
+
+The reference's logprobs of a trajectory do not depend on the batch it is packed in
+(it attends only to itself, and its positions are its own), so they can be computed for
+each group as it arrives, on rows of their own (:func:`reference_rows`: one trajectory
+per row, :func:`reference_values` reads each one's back), and handed to :func:`pack` by
+``(group id, trajectory index)``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +75,9 @@ from shared.wire import STATUSES, TrajectoryGroup, WireError, check_values
 
 log = logging.getLogger(__name__)
 
+Runs = list[tuple[int, int, int]]  # per trajectory: (row, first column, positions)
+# what the reference's forward pass reads of a batch (learner.training.step.reference_logprobs)
+REFERENCE_KEYS = ("tokens_bt", "targets_bt", "positions_bt", "attn_bt", "segment_bt")
 BATCH_KEYS = (
     "tokens_bt", "targets_bt", "positions_bt", "attn_bt", "segment_bt", "mask_bt",
     "rollout_logp_bt",
@@ -95,6 +107,7 @@ class _Seq:
     mask: np.ndarray  # float32
     logp: np.ndarray
     adv: float
+    key: tuple[str, int] = ("", 0)  # (group id, trajectory index in the group)
 
     def positions(self, t: int) -> int:
         """Prediction positions it takes in a row of ``t`` columns (truncated to ``t``)."""
@@ -143,6 +156,7 @@ def pack(
     pad_id: int = 0,
     packing: bool = RUN.packing,
     slots: int | None = None,
+    ref_logprobs: Mapping[tuple[str, int], np.ndarray] | None = None,
 ) -> Packed:
     """Pack the kept groups' trajectories into ``rows`` rows of one length bucket.
 
@@ -155,17 +169,12 @@ def pack(
     per-turn groups, the episode rows: see the module's docstring),
     which the Dr. GRPO normaliser ``loss_constant_b`` counts: pass the unpacked row
     count when packing into fewer rows, and the loss is the unpacked one.
+    ``ref_logprobs`` maps ``(group id, trajectory index)`` to that trajectory's reference
+    logprobs (:func:`reference_values`) and adds ``ref_logp_bt``; a kept trajectory
+    without them raises :class:`MissingReference`.
     Raises ValueError when the trajectories do not fit.
     """
-    adv, keep = advantages(groups, scale=scale_rewards, ddof=adv_ddof)
-    invalid = 0
-    for i, g in enumerate(groups):
-        try:
-            check_values(g)
-        except WireError as e:
-            log.warning("dropping group %s: %s", g.group_id, e.reason)
-            keep[i] = False
-            invalid += 1
+    adv, keep, invalid = _kept(groups, scale_rewards, adv_ddof, warn=True)
     kept = [(g, a) for g, a, k in zip(groups, adv, keep, strict=True) if k]
     n = sum(len(g) for g, _ in kept)
     if not packing and n > rows:
@@ -175,19 +184,125 @@ def pack(
     stale = [0]
     seqs = list(_sequences(kept, policy_version, max_staleness, stale))
     if packing:
-        a = _packed_rows(seqs, rows, t, buckets, pad_id)
+        a, runs = _packed_rows(seqs, rows, t, buckets, pad_id)
     else:
-        a = _one_per_row(seqs, rows, t, pad_id)
+        a, runs = _one_per_row(seqs, rows, t, pad_id)
     a["loss_constant_b"] = np.full(
         (rows,), float((rows if slots is None else slots) * t), np.float32
     )
     if with_old_logp:
         a["old_logp_bt"] = a["rollout_logp_bt"].copy()
+    if ref_logprobs is not None:
+        a["ref_logp_bt"] = _reference_bt(seqs, runs, a["tokens_bt"].shape, ref_logprobs)
     stats = _stats(groups, keep, a, stale[0])
     stats["invalid_groups"] = float(invalid)
     if policy_version is not None:
         stats.update(_policy_lag(kept, policy_version))
     return Packed(a, [g.group_id for g in groups], stats)
+
+
+def _kept(
+    groups: Sequence[TrajectoryGroup], scale: bool, ddof: int, warn: bool
+) -> tuple[list[np.ndarray], list[bool], int]:
+    """(advantages, kept or not, invalid groups): a group is kept when its rewards vary
+    and its per-token values are valid (``shared.wire.check_values``)."""
+    adv, keep = advantages(groups, scale=scale, ddof=ddof)
+    invalid = 0
+    for i, g in enumerate(groups):
+        try:
+            check_values(g)
+        except WireError as e:
+            if warn:
+                log.warning("dropping group %s: %s", g.group_id, e.reason)
+            keep[i] = False
+            invalid += 1
+    return adv, keep, invalid
+
+
+def kept_trajectories(
+    groups: Sequence[TrajectoryGroup],
+    *,
+    scale_rewards: bool = RUN.scale_rewards,
+    adv_ddof: int = ADV_DDOF[RUN.adv_std],
+) -> list[tuple[tuple[str, int], np.ndarray]]:
+    """The trajectories :func:`pack` keeps of ``groups`` (the same rule, without its
+    warnings), in its order: ``((group id, index in the group), tokens)``."""
+    _, keep, _ = _kept(groups, scale_rewards, adv_ddof, warn=False)
+    out = []
+    for g, k in zip(groups, keep, strict=True):
+        if not k:
+            continue
+        tokens = g.columns["tokens"]
+        for i, (off, length) in enumerate(zip(g.offsets[:-1], g.lengths, strict=True)):
+            out.append(((g.group_id, i), tokens[int(off) : int(off) + int(length)]))
+    return out
+
+
+def reference_rows(
+    items: Sequence[tuple[tuple[str, int], np.ndarray]],
+    *,
+    rows: int,
+    buckets: Sequence[int],
+    pad_id: int = 0,
+) -> tuple[dict[str, np.ndarray], Runs]:
+    """The inputs of the reference's forward pass for ``items`` (:func:`kept_trajectories`):
+    one trajectory per row, ``rows`` rows (the rest padding) of the bucket of the longest,
+    positions and truncation as :func:`pack` lays them out. (arrays, runs)."""
+    if len(items) > rows:
+        raise ValueError(f"{len(items)} trajectories do not fit in {rows} rows")
+    longest = max((len(tok) for _, tok in items), default=2)
+    t = bucket_for(max(longest - 1, 1), buckets)
+    a = {k: v for k, v in _empty(rows, t, pad_id).items() if k in REFERENCE_KEYS}
+    a["positions_bt"][:] = np.arange(t, dtype=np.int32)
+    runs = []
+    for row, (_, tok) in enumerate(items):
+        m = max(min(len(tok) - 1, t), 0)
+        a["tokens_bt"][row, :m] = tok[:m]
+        a["targets_bt"][row, :m] = tok[1 : m + 1]
+        a["attn_bt"][row, :m] = 1
+        a["segment_bt"][row, :m] = 1
+        runs.append((row, 0, m))
+    return a, runs
+
+
+def reference_values(
+    items: Sequence[tuple[tuple[str, int], np.ndarray]], runs: Runs, ref_bt: np.ndarray
+) -> dict[tuple[str, int], np.ndarray]:
+    """Each item's reference logprobs read back from the (B, T) output for
+    :func:`reference_rows`' arrays: what :func:`pack`'s ``ref_logprobs`` takes."""
+    ref_bt = np.asarray(ref_bt, np.float32)
+    return {
+        key: ref_bt[row, col : col + m].copy()
+        for (key, _), (row, col, m) in zip(items, runs, strict=True)
+    }
+
+
+class MissingReference(LookupError):
+    """A kept trajectory whose reference logprobs were not given (or cover fewer positions
+    than its row takes)."""
+
+
+def _reference_bt(
+    seqs: list[_Seq],
+    runs: list[tuple[int, int, int]],
+    shape: tuple[int, int],
+    given: Mapping[tuple[str, int], np.ndarray],
+) -> np.ndarray:
+    """(B, T) reference logprobs laid out as the targets: each trajectory's run of columns
+    (``runs``: row, first column, positions) takes its values; padding is 0."""
+    out = np.zeros(shape, np.float32)
+    for s, (row, col, m) in zip(seqs, runs, strict=True):
+        if m <= 0:
+            continue
+        values = given.get(s.key)
+        if values is None or len(values) < m:
+            have = "none" if values is None else f"{len(values)} positions"
+            raise MissingReference(
+                f"trajectory {s.key[1]} of group {s.key[0]}: the reference logprobs of "
+                f"{m} positions are needed, {have} given"
+            )
+        out[row, col : col + m] = values[:m]
+    return out
 
 
 def _policy_lag(kept: list[tuple[TrajectoryGroup, np.ndarray]], version: int) -> dict[str, float]:
@@ -219,7 +334,7 @@ def _sequences(
                 stale = (ver >= 0) & (ver < policy_version - max_staleness) & (lm > 0)
                 stale_count[0] += int(stale.sum())
                 lm = np.where(stale, 0.0, lm)
-            yield _Seq(tok, lm, lp, float(adv_g[i]))
+            yield _Seq(tok, lm, lp, float(adv_g[i]), (g.group_id, i))
 
 
 def _empty(rows: int, t: int, pad_id: int) -> dict[str, np.ndarray]:
@@ -245,21 +360,25 @@ def _place(a: dict[str, np.ndarray], s: _Seq, row: int, col: int, m: int, segmen
     a["rollout_logp_bt"][row, cols] = s.logp[1 : m + 1]
 
 
-def _one_per_row(seqs: list[_Seq], rows: int, t: int, pad_id: int) -> dict[str, np.ndarray]:
+def _one_per_row(
+    seqs: list[_Seq], rows: int, t: int, pad_id: int
+) -> tuple[dict[str, np.ndarray], Runs]:
     a = _empty(rows, t, pad_id)
     a["positions_bt"][:] = np.arange(t, dtype=np.int32)
     a["adv_b"] = np.zeros((rows,), np.float32)
+    runs = []
     for row, s in enumerate(seqs):
         m = s.positions(t)
         if m > 0:
             _place(a, s, row, 0, m, 1)
         a["adv_b"][row] = s.adv
-    return a
+        runs.append((row, 0, m))
+    return a, runs
 
 
 def _packed_rows(
     seqs: list[_Seq], rows: int, t: int, buckets: Sequence[int], pad_id: int
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], Runs]:
     """First-fit-decreasing into ``rows`` rows of ``t`` columns, else of a larger bucket."""
     for tb in [t, *(int(b) for b in buckets if b > t)]:
         sizes = [s.positions(tb) for s in seqs]
@@ -273,12 +392,14 @@ def _packed_rows(
         )
     a = _empty(rows, tb, pad_id)
     a["adv_bt"] = np.zeros((rows, tb), np.float32)
+    runs = []
     for s, m, (row, col, segment) in zip(seqs, sizes, where, strict=True):
         if m > 0:
             _place(a, s, row, col, m, segment)
             a["positions_bt"][row, col : col + m] = np.arange(m, dtype=np.int32)
             a["adv_bt"][row, col : col + m] = s.adv
-    return a
+        runs.append((row, col, m))
+    return a, runs
 
 
 def first_fit_decreasing(

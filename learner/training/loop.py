@@ -30,6 +30,7 @@ from learner.model.params import Model, get_params, set_params, tiny_config
 from learner.training.batching import pack
 from learner.training.checkpoint import Checkpointer
 from learner.training.grpo import ADV_DDOF
+from learner.training.reference import ArrivalReference
 from learner.training.sharding import make_mesh, shard
 from learner.training.source import GroupSource
 from learner.training.step import (
@@ -86,8 +87,21 @@ class Trainer:
         self.shardings = state_shardings(self.model, self.mesh, cfg.learner)
         self.step_fn = compile_step(self.model, self.mesh, cfg.learner, self.shardings)
         self.ref_fn = None  # the reference's logprobs as a program of its own, if so set
-        if self.shardings.ref_params is not None and cfg.learner.reference_forward == "separate":
+        self.arrival = None  # ... run on the groups as they arrive (learner.training.reference)
+        where = cfg.learner.reference_forward
+        if self.shardings.ref_params is not None and where in ("separate", "on_arrival"):
             self.ref_fn = compile_reference(self.model, self.mesh, cfg.learner, self.shardings)
+        if self.ref_fn is not None and where == "on_arrival":
+            lc = cfg.learner
+            self.arrival = ArrivalReference(
+                self.ref_fn,
+                self.mesh,
+                chunk_rows=_round_up(lc.reference_chunk_rows or cfg.rollout.group_size, multiple),
+                buckets=lc.length_buckets,
+                pad_id=self.model.cfg.pad_token_id or 0,
+                scale_rewards=lc.scale_rewards,
+                adv_ddof=ADV_DDOF[lc.adv_std],
+            )
         self.consumed: list[str] = []
         self.state = self._restore_or_init()
         self.version = int(self.state.step)
@@ -97,11 +111,13 @@ class Trainer:
 
     # -------------------------------------------------------------- state
 
-    def _pack(self, groups: list) -> Any:
+    def _pack(self, groups: list, ref_logprobs: dict | None = None) -> Any:
         """One step's batch: packed into ``packed_rows`` rows when packing is on (into one
-        row per sequence when they do not fit there), else one trajectory per row."""
+        row per sequence when they do not fit there), else one trajectory per row; with
+        the reference's logprobs when they were computed as the groups arrived."""
         lc = self.cfg.learner
         kw = dict(
+            ref_logprobs=ref_logprobs,
             buckets=lc.length_buckets,
             scale_rewards=lc.scale_rewards,
             adv_ddof=ADV_DDOF[lc.adv_std],
@@ -222,9 +238,12 @@ class Trainer:
                 t0 = time.perf_counter()
                 groups = self._take(source, lc.groups_per_step, consumed)
                 t_wait = time.perf_counter() - t0
-                packed = self._pack(groups)
+                refs = None
+                if self.arrival is not None:  # the last chunk, and every chunk read back
+                    refs = self.arrival.finish(self.state.ref_params)
+                packed = self._pack(groups, refs)
                 batch = place_batch(packed.arrays, self.mesh)
-                if self.ref_fn is not None:
+                if self.ref_fn is not None and self.arrival is None:
                     batch["ref_logp_bt"] = self.ref_fn(self.state.ref_params, batch)
                 self.state, m = self.step_fn(self.state, batch)
                 m = {k: _finite(v) for k, v in jax.device_get(m).items()}
@@ -235,6 +254,7 @@ class Trainer:
                 tokens = float(np.asarray(packed.arrays["attn_bt"]).sum())
                 record = {
                     "step": step, **packed.stats, **m,
+                    **(self.arrival.last if self.arrival is not None else {}),
                     "tokens_per_s": tokens / max(dt - t_wait, 1e-9),
                     "wait_s": t_wait, "step_s": dt, "time": time.time(),
                 }  # fmt: skip
@@ -269,16 +289,26 @@ class Trainer:
 
     def _take(self, source: GroupSource, n: int, consumed: set[str]) -> list:
         """This step's groups: pulled by process 0 and sent to the others with its policy
-        version (the packing depends on both), so every process packs the same batch."""
+        version (the packing depends on both), so every process packs the same batch. With
+        the reference run on arrival, each pull's groups are queued for it as they come
+        (with several processes, once all are in: every process runs the program)."""
         if jax.process_count() == 1:
-            return source.take(n, consumed)
+            if self.arrival is None:
+                return source.take(n, consumed)
+            return source.take(n, consumed, on_arrival=self._arrived)
         from jax.experimental.multihost_utils import broadcast_one_to_all
 
         body = encode_groups(source.take(n, consumed)) if self.primary else b""
         head = broadcast_one_to_all(np.array([len(body), self.version], np.int64))
         size, self.version = int(head[0]), int(head[1])
         data = np.frombuffer(body, np.uint8) if self.primary else np.zeros(size, np.uint8)
-        return decode_groups(np.asarray(broadcast_one_to_all(data)).tobytes())
+        groups = decode_groups(np.asarray(broadcast_one_to_all(data)).tobytes())
+        if self.arrival is not None:
+            self._arrived(groups)
+        return groups
+
+    def _arrived(self, groups: list) -> None:
+        self.arrival.add(groups, self.state.ref_params)
 
     def _eval_due(self, step: int) -> bool:
         """After a weight push, every ``learner.eval_every`` steps (the servers hold them)."""

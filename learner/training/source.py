@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from shared.wire import TrajectoryGroup, WireError, decode_groups
 
@@ -46,8 +46,15 @@ class GroupSource:
         self.to_ack: dict[str, set[str]] = {u: set() for u in self.urls}
         self._next = 0
 
-    def take(self, n: int, consumed: set[str]) -> list[TrajectoryGroup]:
-        """Exactly ``n`` groups none of which is in ``consumed`` (blocks until they come)."""
+    def take(
+        self,
+        n: int,
+        consumed: set[str],
+        on_arrival: Callable[[list[TrajectoryGroup]], None] | None = None,
+    ) -> list[TrajectoryGroup]:
+        """Exactly ``n`` groups none of which is in ``consumed`` (blocks until they come).
+        ``on_arrival`` is called with each pull's new groups as they come, before the
+        next pull (the learner runs the reference's forward pass on them meanwhile)."""
         out: list[TrajectoryGroup] = []
         failures = 0
         while len(out) < n:
@@ -63,13 +70,17 @@ class GroupSource:
                 time.sleep(self.retry_s)
                 continue
             taken = {g.group_id for g in out}
+            new = []
             for g in groups:
                 if g.group_id in consumed or g.group_id in taken:
                     self.to_ack[url].add(g.group_id)  # already trained on: confirm it again
                     continue
                 self.origin[g.group_id] = url
-                out.append(g)
+                new.append(g)
                 taken.add(g.group_id)
+            out += new
+            if new and on_arrival is not None:
+                on_arrival(new)
         return out
 
     def committed(self, group_ids: Iterable[str]) -> None:

@@ -91,11 +91,19 @@ def step_logprobs(model: Model, seq: list[int], cfg=None, pad_to: int = 256) -> 
 class ListSource:
     """A group source over a fixed list: every group once, in order; weights always load."""
 
-    def __init__(self, groups):
+    def __init__(self, groups, per_pull: int | None = None):
         self.groups = groups
+        self.per_pull = per_pull  # groups per pull passed to ``on_arrival`` (None: all at once)
+        self.pulls: list[list[str]] = []
 
-    def take(self, n, consumed):
-        return [g for g in self.groups if g.group_id not in consumed][:n]
+    def take(self, n, consumed, on_arrival=None):
+        out = [g for g in self.groups if g.group_id not in consumed][:n]
+        if on_arrival is not None:
+            k = self.per_pull or n
+            for i in range(0, len(out), k):
+                self.pulls.append([g.group_id for g in out[i : i + k]])
+                on_arrival(out[i : i + k])
+        return out
 
     def committed(self, group_ids):
         pass

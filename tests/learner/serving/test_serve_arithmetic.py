@@ -4,23 +4,17 @@ turns run only their new tokens."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 from flax import nnx
 
 from learner.model.params import Model, get_params, tiny_config
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.conftest import load_bench
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_serve", REPO / "bench" / "serve.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("serve")
 
 
 def test_a_tokens_matmul_flops_are_twice_the_models_matrix_weights():

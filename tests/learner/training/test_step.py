@@ -376,15 +376,16 @@ def test_the_reference_program_gives_the_whole_batch_s_logprobs_in_row_order(mic
 
 def test_the_trainer_runs_the_reference_where_the_config_says_with_the_same_updates(tmp_path):
     """``learner.reference_forward``: ``separate`` runs the reference as a program of its
-    own before each step, ``in_step`` inside the step; two steps of each give the same
-    KL terms and losses."""
+    own before each step, ``on_arrival`` that program on each pull's groups as they come
+    (one group per pull here), ``in_step`` inside the step; two steps of each give the
+    same KL terms and losses."""
     from learner.training.loop import Trainer
     from shared.config import from_dict
     from tests.learner.helpers import ListSource
     from tests.learner.step_child import groups as make_groups
 
-    metrics = {}
-    for where in ("separate", "in_step"):
+    metrics, sources = {}, {}
+    for where in ("separate", "on_arrival", "in_step"):
         cfg = from_dict(
             {
                 "rollout": {"urls": ["http://unused"], "group_size": 4},
@@ -394,13 +395,24 @@ def test_the_trainer_runs_the_reference_where_the_config_says_with_the_same_upda
             }
         )  # fmt: skip
         trainer = Trainer(cfg, tmp_path / where)
-        assert (trainer.ref_fn is not None) == (where == "separate")
-        trainer.run(ListSource(make_groups(0, 4, 4)))
+        assert (trainer.ref_fn is not None) == (where != "in_step")
+        assert (trainer.arrival is not None) == (where == "on_arrival")
+        sources[where] = ListSource(make_groups(0, 4, 4), per_pull=1)
+        trainer.run(sources[where])
         trainer.close()
         lines = (tmp_path / where / "metrics.jsonl").read_text().splitlines()
         metrics[where] = [json.loads(x) for x in lines if '"loss"' in x]
     assert [m["step"] for m in metrics["separate"]] == [1, 2]
     assert metrics["separate"][1]["kl_ref"] > 1e-5  # one update moved the policy: a KL term
-    for a, b in zip(metrics["separate"], metrics["in_step"], strict=True):
-        for key in ("loss", "kl_ref"):
-            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-7, err_msg=key)
+    # on arrival: a pull per group, and the reference run on the kept ones in chunks of
+    # the rows of a group (4, rounded up to the devices' multiple)
+    assert sources["on_arrival"].pulls == [[f"group0-{k}"] for k in range(4)]
+    for m in metrics["on_arrival"]:
+        assert m["groups_kept"] >= 1 and m["ref_chunks"] >= 1
+        assert m["ref_trajectories"] == 4 * m["groups_kept"]
+    for where in ("separate", "on_arrival"):
+        for a, b in zip(metrics[where], metrics["in_step"], strict=True):
+            for key in ("loss", "kl_ref"):
+                np.testing.assert_allclose(
+                    a[key], b[key], rtol=1e-4, atol=1e-7, err_msg=f"{where} {key}"
+                )
