@@ -42,19 +42,29 @@ def model_and_ref():
     return model, ref_fn, params
 
 
-def _groups() -> list[TrajectoryGroup]:
+def _groups(per_turn: bool = False) -> list[TrajectoryGroup]:
     """Eight groups of 4 (10-30 tokens: both buckets), the first two forced to vary and
-    one all-equal: kept and dropped ones."""
+    one all-equal: kept and dropped ones. ``per_turn``: each group's rows are turns 0 and
+    1 of two episodes (an episode's reward is its first row's)."""
     gs = make_groups(0, n=4, g=4) + make_groups(1, n=4, g=4)
 
-    def rewarded(g, rewards):
-        trajs = [
-            dataclasses.replace(t, reward=r) for t, r in zip(g.trajectories, rewards, strict=True)
-        ]
+    def rewarded(g, rewards=None):
+        trajs = list(g.trajectories)
+        if rewards is not None:
+            trajs = [dataclasses.replace(t, reward=r) for t, r in zip(trajs, rewards, strict=True)]
+        if per_turn:  # rows 2k and 2k + 1: turns 0 and 1 of episode k, with its reward
+            trajs = [
+                dataclasses.replace(
+                    t, turn=i % 2, sample_index=i // 2, reward=trajs[i - i % 2].reward
+                )
+                for i, t in enumerate(trajs)
+            ]
         return TrajectoryGroup(g.group_id, g.task_id, trajs)
 
-    gs[:2] = [rewarded(g, [0.0, 1.0, 0.0, 1.0]) for g in gs[:2]]  # kept
+    varied = [0.0, 0.0, 1.0, 1.0] if per_turn else [0.0, 1.0, 0.0, 1.0]
+    gs[:2] = [rewarded(g, varied) for g in gs[:2]]  # kept
     gs[2] = rewarded(gs[2], [1.0] * 4)  # all agree: dropped
+    gs[3:] = [rewarded(g) for g in gs[3:]]
     return gs
 
 
@@ -63,13 +73,20 @@ def _full_reference(ref_fn, params, arrays) -> np.ndarray:
     return np.asarray(ref_fn(params, batch))
 
 
-@pytest.mark.parametrize("packing", [False, True], ids=["one-per-row", "packed"])
-def test_logprobs_computed_on_arrival_equal_the_packed_batchs_reference(model_and_ref, packing):
+@pytest.mark.parametrize(
+    "packing, per_turn",
+    [(False, False), (True, False), (True, True)],
+    ids=["one-per-row", "packed", "packed-per-turn"],
+)
+def test_logprobs_computed_on_arrival_equal_the_packed_batchs_reference(
+    model_and_ref, packing, per_turn
+):
     """Groups queued one, two and five at a time in chunks of 4 rows: the step's
     ``ref_logp_bt`` built from them equals the reference's forward pass over the packed
     batch on every trained position, and is 0 on padding."""
     _, ref_fn, params = model_and_ref
-    groups = _groups()
+    groups = _groups(per_turn)
+    assert (int(groups[0].turns.max()) == 1) == per_turn
     arrival = ArrivalReference(ref_fn, None, chunk_rows=4, buckets=BUCKETS)
     for part in (groups[:1], groups[1:3], groups[3:]):
         arrival.add(part, params)
