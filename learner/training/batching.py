@@ -227,15 +227,9 @@ def kept_trajectories(
 ) -> list[tuple[tuple[str, int], np.ndarray]]:
     """The trajectories :func:`pack` keeps of ``groups`` (the same rule, without its
     warnings), in its order: ``((group id, index in the group), tokens)``."""
-    _, keep, _ = _kept(groups, scale_rewards, adv_ddof, warn=False)
-    out = []
-    for g, k in zip(groups, keep, strict=True):
-        if not k:
-            continue
-        tokens = g.columns["tokens"]
-        for i, (off, length) in enumerate(zip(g.offsets[:-1], g.lengths, strict=True)):
-            out.append(((g.group_id, i), tokens[int(off) : int(off) + int(length)]))
-    return out
+    adv, keep, _ = _kept(groups, scale_rewards, adv_ddof, warn=False)
+    kept = [(g, a) for g, a, k in zip(groups, adv, keep, strict=True) if k]
+    return [(s.key, s.tokens) for s in _sequences(kept, None, None, [0])]
 
 
 def reference_rows(
@@ -252,17 +246,11 @@ def reference_rows(
         raise ValueError(f"{len(items)} trajectories do not fit in {rows} rows")
     longest = max((len(tok) for _, tok in items), default=2)
     t = bucket_for(max(longest - 1, 1), buckets)
-    a = {k: v for k, v in _empty(rows, t, pad_id).items() if k in REFERENCE_KEYS}
-    a["positions_bt"][:] = np.arange(t, dtype=np.int32)
-    runs = []
-    for row, (_, tok) in enumerate(items):
-        m = max(min(len(tok) - 1, t), 0)
-        a["tokens_bt"][row, :m] = tok[:m]
-        a["targets_bt"][row, :m] = tok[1 : m + 1]
-        a["attn_bt"][row, :m] = 1
-        a["segment_bt"][row, :m] = 1
-        runs.append((row, 0, m))
-    return a, runs
+    # pack's own layout; the loss columns it also fills are not the reference's and dropped
+    zeros = [np.zeros(len(tok), np.float32) for _, tok in items]
+    seqs = [_Seq(tok, z, z, 0.0, key) for (key, tok), z in zip(items, zeros, strict=True)]
+    a, runs = _one_per_row(seqs, rows, t, pad_id)
+    return {k: a[k] for k in REFERENCE_KEYS}, runs
 
 
 def reference_values(
@@ -284,7 +272,7 @@ class MissingReference(LookupError):
 
 def _reference_bt(
     seqs: list[_Seq],
-    runs: list[tuple[int, int, int]],
+    runs: Runs,
     shape: tuple[int, int],
     given: Mapping[tuple[str, int], np.ndarray],
 ) -> np.ndarray:
