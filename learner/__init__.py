@@ -15,8 +15,13 @@ the JAX stack; never :mod:`rollout` or playwright: it reaches the rollout side o
 HTTP only (``tests/test_import_boundaries.py``).
 
 Importing it with ``LEARNER_KEEP_FREED_MEMORY=1`` in the environment keeps freed host
-memory in the process for XLA:CPU's large per-run buffers (:mod:`learner.training.host_memory`)."""
+memory in the process for XLA:CPU's large per-run buffers (:mod:`learner.training.host_memory`).
+The module paths from before the packages by role (``learner.step``, ``learner.engine``,
+...) still import, as deprecated aliases of the modules that replaced them
+(:mod:`learner.moved`)."""
 
+from learner import moved
 from learner.training.host_memory import keep_freed_memory
 
 keep_freed_memory()
+moved.install()

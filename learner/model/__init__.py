@@ -12,3 +12,21 @@ What it may import: :mod:`shared` and the JAX stack; :mod:`learner.model.loading
 reads checkpoints through :mod:`learner.training.checkpoint`. Never the serving or
 training code otherwise, nor anything of :mod:`rollout`.
 """
+
+# ``learner.model`` was the module that :mod:`learner.model.params` now is: its names are
+# still served from here (with a warning), for code written against that path.
+_PARAMS_NAMES = frozenset({
+    "KVCache", "Model", "ModelConfig", "Options", "ParamInfo", "RopeScaling", "apply",
+    "get_params", "init_cache", "param_info", "rope_inv_freq", "sequence_logprobs",
+    "set_params", "tiny_config",
+})  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name not in _PARAMS_NAMES:
+        raise AttributeError(f"module 'learner.model' has no attribute {name!r}")
+    from learner.model import params
+    from learner.moved import warn_moved
+
+    warn_moved(f"learner.model.{name}", f"learner.model.params.{name}", stacklevel=3)
+    return getattr(params, name)
