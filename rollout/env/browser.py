@@ -692,10 +692,7 @@ class SomBackend(PlaywrightBackend):
         own copy of the last pass)."""
         page = self.page
         if not await page.evaluate(UNMARK_AFTER_FRAME_JS):  # a window that cannot keep it
-            try:
-                shot = await self._capture()
-            finally:
-                await page.evaluate(REMOVE_OVERLAY_JS)
+            shot = await self._capture_then_unmark()
             return shot, await self._page_text(None)
         text = asyncio.ensure_future(self._unmarked_text())
         try:
@@ -704,11 +701,7 @@ class SomBackend(PlaywrightBackend):
             except NoImage:  # the marks off and the text read, then the marks again, for
                 page_text = await self._unmarked(text)  # a frame that has its image
                 await page.evaluate(OVERLAY_JS, view["elements"])
-                try:
-                    shot = await self._capture()
-                finally:
-                    await page.evaluate(REMOVE_OVERLAY_JS)
-                return shot, page_text
+                return await self._capture_then_unmark(), page_text
             return shot, await self._unmarked(text)
         except BaseException:
             if not text.done():
@@ -716,6 +709,13 @@ class SomBackend(PlaywrightBackend):
             with contextlib.suppress(PlaywrightError):
                 await page.evaluate(REMOVE_OVERLAY_JS)
             raise
+
+    async def _capture_then_unmark(self) -> bytes:
+        """The marked page's image, its marks taken off afterwards whatever happens."""
+        try:
+            return await self._capture()
+        finally:
+            await self.page.evaluate(REMOVE_OVERLAY_JS)
 
     async def _unmarked(self, text: asyncio.Future) -> str:
         """``text``'s result once the frame is drawn: if the page has not run its task

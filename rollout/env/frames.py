@@ -168,10 +168,11 @@ class FrameClock:
         without its image: frames are drawn until one has it, for ``FRAME_TIMEOUT_S``;
         with ``again=False`` the image is of the first frame or :class:`NoImage` is
         raised (for a caller whose page changes once that frame is drawn)."""
+        params: dict = {"interval": self.acting_interval * 1000}
         if screenshot is None:
-            await self._draw(page, {"interval": self.acting_interval * 1000})
+            await self._draw(page, params)
             return None
-        params = {"interval": self.acting_interval * 1000, "screenshot": screenshot}
+        params["screenshot"] = screenshot
         loop = asyncio.get_running_loop()
         give_up = loop.time() + FRAME_TIMEOUT_S
         while True:
