@@ -20,8 +20,9 @@ The module paths from before the packages by role (``learner.step``, ``learner.e
 ...) still import, as deprecated aliases of the modules that replaced them
 (:mod:`learner.moved`)."""
 
-from learner import moved
+from learner.moved import MOVED
 from learner.training.host_memory import keep_freed_memory
+from shared import moved
 
 keep_freed_memory()
-moved.install()
+moved.install(MOVED)

@@ -20,4 +20,13 @@ imports itself through others):
   the engine, the server, the dashboard, the buffer, the inference client);
 - on top, the commands: ``rollout.serve``, ``rollout.eval``, ``rollout.search``,
   ``rollout.sft_export``, ``rollout.make_tokenizer``.
+
+The module paths from before the packages by role (``rollout.parser``,
+``rollout.engine``, ...) still import, as deprecated aliases of the modules that replaced
+them (:mod:`rollout.moved`).
 """
+
+from rollout.moved import MOVED
+from shared import moved
+
+moved.install(MOVED)

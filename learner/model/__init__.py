@@ -13,6 +13,8 @@ reads checkpoints through :mod:`learner.training.checkpoint`. Never the serving 
 training code otherwise, nor anything of :mod:`rollout`.
 """
 
+from shared.moved import forward_names
+
 # ``learner.model`` was the module that :mod:`learner.model.params` now is: its names are
 # still served from here (with a warning), for code written against that path.
 _PARAMS_NAMES = frozenset({
@@ -22,11 +24,4 @@ _PARAMS_NAMES = frozenset({
 })  # fmt: skip
 
 
-def __getattr__(name: str):
-    if name not in _PARAMS_NAMES:
-        raise AttributeError(f"module 'learner.model' has no attribute {name!r}")
-    from learner.model import params
-    from learner.moved import warn_moved
-
-    warn_moved(f"learner.model.{name}", f"learner.model.params.{name}", stacklevel=3)
-    return getattr(params, name)
+__getattr__ = forward_names("learner.model", "learner.model.params", _PARAMS_NAMES)

@@ -9,3 +9,14 @@ replayed); ``python -m rollout.archive``.
 What it may import: :mod:`shared` and its own modules; nothing else of :mod:`rollout`
 (``tests/test_import_boundaries.py``).
 """
+
+from shared.moved import forward_names
+
+# ``rollout.archive`` was the module that :mod:`rollout.archive.store` now is: its names are still served
+# from here (with a warning), for code written against that path.
+_STORE_NAMES = frozenset({
+    "KINDS", "ORIGINAL", "Archive", "ArchiveWriter", "Exchange", "archived_headers",
+    "encode_exchange", "export_episode", "main", "normalise_url", "summary",
+})  # fmt: skip
+
+__getattr__ = forward_names("rollout.archive", "rollout.archive.store", _STORE_NAMES)

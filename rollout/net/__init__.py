@@ -10,3 +10,11 @@ What it may import: :mod:`rollout.archive` (recording and replaying what it fetc
 :mod:`shared`. Never the environment, the agent or anything above them: the network layer
 knows nothing of episodes (``tests/test_import_boundaries.py``).
 """
+
+from shared.moved import forward_names
+
+# ``rollout.net`` was the module that :mod:`rollout.net.core` now is: its names are still
+# served from here (with a warning), for code written against that path.
+__getattr__ = forward_names(
+    "rollout.net", "rollout.net.core", frozenset({"Net", "RobotsRefused", "net_for", "policy_for"})
+)
