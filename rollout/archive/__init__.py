@@ -12,8 +12,8 @@ What it may import: :mod:`shared` and its own modules; nothing else of :mod:`rol
 
 from shared.moved import forward_names
 
-# ``rollout.archive`` was the module that :mod:`rollout.archive.store` now is: its names are still served
-# from here (with a warning), for code written against that path.
+# ``rollout.archive`` was the module that :mod:`rollout.archive.store` now is: its names
+# are still served from here (with a warning), for code written against that path.
 _STORE_NAMES = frozenset({
     "KINDS", "ORIGINAL", "Archive", "ArchiveWriter", "Exchange", "archived_headers",
     "encode_exchange", "export_episode", "main", "normalise_url", "summary",
