@@ -99,6 +99,9 @@ class FrameClock:
         self._tasks: dict[Page, asyncio.Task] = {}
         self._acting = 0
         self._quiet = 0
+        self._ticking = 0  # the clock's own frames being drawn
+        self._still = asyncio.Event()  # set while none is
+        self._still.set()
         self._busy = asyncio.Event()  # set while acting: idle waits end at once
         self._closed = False
         self.frames = 0  # frames drawn (every page), for tests and benchmarks
@@ -124,9 +127,15 @@ class FrameClock:
     async def quiet(self) -> AsyncIterator[None]:
         """No frames but those asked for (:meth:`frame`, :meth:`through`) for the
         duration: an observation reads the page's DOM and layout, which need no frame, and
-        its screenshot is then the one frame drawn, not the second in a row."""
+        its screenshot is then the one frame drawn, not the second in a row. A frame of
+        the clock's own begun before is drawn first (at most ``FRAME_TIMEOUT_S``): drawn
+        later, it would run the animation frames the observation waits on (a marked
+        screenshot's marks taken off before its frame, on a loaded machine)."""
         self._quiet += 1
         try:
+            if not self._still.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._still.wait(), FRAME_TIMEOUT_S)
             yield
         finally:
             self._quiet -= 1
@@ -265,9 +274,16 @@ class FrameClock:
         idle = self.idle_interval
         while not (self._closed or page.is_closed()):
             began = loop.time()
-            if not self._quiet:
-                with contextlib.suppress(Exception):  # a page that did not draw: the next tick
-                    await self.frame(page)
+            if not self._quiet:  # counted from here on, before anything is awaited (quiet)
+                self._ticking += 1
+                self._still.clear()
+                try:
+                    with contextlib.suppress(Exception):  # a page that did not draw: next tick
+                        await self.frame(page)
+                finally:
+                    self._ticking -= 1
+                    if not self._ticking:
+                        self._still.set()
             if self._acting:
                 idle = self.idle_interval
                 await asyncio.sleep(max(0.0, self.acting_interval - (loop.time() - began)))

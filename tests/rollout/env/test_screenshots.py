@@ -312,3 +312,37 @@ async def test_a_page_whose_animation_frames_never_come_still_gets_its_marked_sh
             assert o.error is None, o.error
             assert pixels(o.screenshot, MARK_RGB) > 0
             assert "Paragraph 79" in o.page_text and not (await page_state(e))["overlay"]
+
+
+async def test_a_frame_of_the_clock_s_own_begun_before_a_quiet_spell_is_drawn_before_it(pool, site):
+    """The clock's own frame, begun before an observation's quiet spell and slow to reach
+    the browser (a loaded machine), is drawn before the spell starts: drawn during it, it
+    would run the animation frames the observation waits on (the marks taken off before
+    the screenshot's frame). In the spell no frame is drawn but those asked for."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with pool.context() as lease:
+        page = await lease.context.new_page()
+        await page.goto(site + "/static")
+        frames, real = lease.frames, lease.frames._draw
+        begun = asyncio.Event()
+
+        async def slow(page, params):
+            begun.set()
+            await asyncio.sleep(0.5)
+            return await real(page, params)
+
+        frames._draw = slow
+        async with frames.acting():  # the clock's own frames at once
+            await begun.wait()
+        frames._draw = real
+        n = frames.frames
+        async with frames.quiet():
+            assert frames.frames == n + 1  # the frame begun before: drawn
+            await page.evaluate(
+                "window.__raf = 0; requestAnimationFrame(() => { window.__raf = 1; })"
+            )
+            await asyncio.sleep(1.0)  # more than the slow frame's wait: it is not drawn now
+            assert await page.evaluate("window.__raf") == 0
+            await frames.frame(page)  # the frame asked for runs it
+            assert await page.evaluate("window.__raf") == 1
