@@ -113,8 +113,11 @@ async def test_a_sidecar_killed_while_recording_leaves_an_archive_that_replays(
     )
     args = sidecar_args(web_url, tmp_path, **{"env.archive": "record"})
     proc, _ = start_server(args, "serving on")
-    try:
-        time.sleep(4.0)  # episodes run (and the buffer fills) while it records
+    try:  # episodes run (and the buffer fills) while it records; killed once 8 are done,
+        give_up = time.monotonic() + 120  # others still running, however slow the machine
+        while len(_finished(tmp_path / "episodes")) < 8 and time.monotonic() < give_up:
+            assert proc.poll() is None, "the sidecar stopped before it was killed"
+            time.sleep(0.2)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -162,6 +162,8 @@ class Origin:
     seen: list[tuple[str, str]] = field(default_factory=list)  # (path, proxy name or "-")
     bans: dict[str, str] = field(default_factory=dict)  # proxy name -> "429" | "captcha"
     user_agents: list[str] = field(default_factory=list)
+    # /slow's second half is sent once this is set (or after 30 s)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     def via(self, path: str) -> list[str]:
         return [v for p, v in self.seen if p == path]
@@ -177,11 +179,12 @@ async def origin_server():
         state.seen.append((request.path, via))
         state.user_agents.append(request.headers.get("User-Agent", ""))
         ban = state.bans.get(via)
-        if request.path == "/slow":  # a page whose second half comes 2 s after the first
+        if request.path == "/slow":  # a page whose second half waits for the test's word
             response = web.StreamResponse(headers={"Content-Type": "text/html"})
             await response.prepare(request)
             await response.write(b"<html><body><p>first half</p>")
-            await asyncio.sleep(2.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.release.wait(), 30)
             await response.write(b"<p>second half</p></body></html>")
             return response
         if ban == "429":
@@ -209,6 +212,7 @@ def origin(origin_server) -> Origin:
     origin_server.seen.clear()
     origin_server.bans.clear()
     origin_server.user_agents.clear()
+    origin_server.release = asyncio.Event()
     return origin_server
 
 
