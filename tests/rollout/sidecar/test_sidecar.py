@@ -166,7 +166,10 @@ async def test_sigkill_and_restart_serve_every_finished_group_exactly_once(
     try:
         for _ in range(3):
             acks = await _pull(url, received, acks)
-        time.sleep(1.0)  # let it finish a few more groups that nobody has taken
+        deadline = time.monotonic() + 120  # it finishes more groups that nobody has taken
+        while len(_logged_groups(tmp_path)) <= len(received) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the sidecar stopped before it was killed"
+            time.sleep(0.2)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
