@@ -248,6 +248,17 @@ async def test_server_logprobs_equal_learner_logprobs(server, weights):
 LONG = gen(PROMPT, temperature=1.0, seed=1, max_new_tokens=1000, ignore_eos=True)
 
 
+async def generating(url):
+    """Once a request runs and has made a token: a loaded machine is slow to start one."""
+    deadline = time.monotonic() + 60
+    while True:
+        _, load = await get(url, "/get_load")
+        if load["num_running_reqs"] >= 1 and load["num_output_tokens"] >= 1:
+            return
+        assert time.monotonic() < deadline, load
+        await asyncio.sleep(0.02)
+
+
 async def test_abort_request(server):
     await post(
         server,
@@ -255,7 +266,7 @@ async def test_abort_request(server):
         {**LONG, "sampling_params": {**LONG["sampling_params"], "max_new_tokens": 1}},
     )
     task = asyncio.create_task(post(server, "/generate", {**LONG, "rid": "long"}))
-    await asyncio.sleep(0.5)
+    await generating(server)
     status, body = await post(server, "/abort_request", {"rid": "long"})
     assert status == 200 and body == {"success": True, "aborted": 1}
     status, item = await task
@@ -265,7 +276,7 @@ async def test_abort_request(server):
 
 async def test_pause_in_place_holds_updates_and_resumes(server, weights):
     task = asyncio.create_task(post(server, "/generate", LONG))
-    await asyncio.sleep(0.3)
+    await generating(server)
     assert (await post(server, "/pause_generation", {"mode": "in_place"}))[0] == 200
     queued = asyncio.create_task(post(server, "/generate", gen(max_new_tokens=2)))
     await asyncio.sleep(2.0)  # the whole request takes ~1.5 s when it runs
@@ -281,7 +292,7 @@ async def test_pause_in_place_holds_updates_and_resumes(server, weights):
 
 async def test_pause_abort_mode_aborts_running_and_holds_new(server):
     task = asyncio.create_task(post(server, "/generate", LONG))
-    await asyncio.sleep(0.3)
+    await generating(server)
     assert (await post(server, "/pause_generation", {}))[0] == 200
     status, item = await task
     assert item["meta_info"]["finish_reason"]["type"] == "abort"
@@ -323,7 +334,7 @@ async def test_prefix_cache_hits_next_turns_and_matches_a_cold_run(server, weigh
 
 async def test_flush_cache_is_refused_while_requests_run(server):
     task = asyncio.create_task(post(server, "/generate", LONG))
-    await asyncio.sleep(0.3)
+    await generating(server)
     status, text = await post(server, "/flush_cache")
     assert status == 400 and "not flushed" in text
     assert (await task)[0] == 200
