@@ -25,6 +25,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 import pytest_asyncio  # noqa: E402
@@ -77,6 +78,15 @@ def start_server(args: list[str], ready_prefix: str, timeout: float = 180.0, log
         proc.kill()
         raise RuntimeError(f"{' '.join(args)} did not start within {timeout} s")
     return proc, found[0]
+
+
+def run_until(proc: subprocess.Popen, done, timeout: float = 120.0) -> None:
+    """Let the server ``proc`` run until ``done()`` is true, at most ``timeout`` seconds
+    (however slow the machine); it must not stop meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        assert proc.poll() is None, "the server stopped before it was killed"
+        time.sleep(0.2)
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -248,15 +248,16 @@ async def test_server_logprobs_equal_learner_logprobs(server, weights):
 LONG = gen(PROMPT, temperature=1.0, seed=1, max_new_tokens=1000, ignore_eos=True)
 
 
-async def generating(url):
-    """Once a request runs and has made a token: a loaded machine is slow to start one."""
-    deadline = time.monotonic() + 60
+async def generating(url, n=1, timeout=60.0):
+    """Once ``n`` requests run and have made a token each (however long compiling or a
+    loaded machine takes to start them), within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
     while True:
         _, load = await get(url, "/get_load")
-        if load["num_running_reqs"] >= 1 and load["num_output_tokens"] >= 1:
+        if load["num_running_reqs"] == n and load["num_output_tokens"] >= n:
             return
         assert time.monotonic() < deadline, load
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
 
 
 async def test_abort_request(server):
@@ -389,14 +390,7 @@ async def test_a_weight_update_through_the_client_ends_no_running_generation(ser
             return await client.generate(PROMPT, s, episode=f"e{i}")
 
         running = [asyncio.create_task(long_generation(i)) for i in range(4)]
-        # wait until all four decode (their first tokens out), however long compiling takes
-        deadline = time.monotonic() + 120
-        while True:
-            _, load = await get(server, "/get_load")
-            if load["num_running_reqs"] == 4 and load["num_output_tokens"] >= 4:
-                break
-            assert time.monotonic() < deadline, load
-            await asyncio.sleep(0.05)
+        await generating(server, 4, timeout=120)  # all four decode, their first tokens out
         assert not any(t.done() for t in running)
         await client.update_weights(str(weights["ckpt"] / "1"), "retracted-update")
         done = await asyncio.gather(*running)
