@@ -338,7 +338,7 @@ class PlaywrightBackend:
                 raise ToolError(f"{action.name} is not available in {self.mode} mode")
         return None
 
-    async def _capture(self, again: bool = True) -> bytes:
+    async def _capture(self, again: bool = True, answered: bool = False) -> bytes:
         """The viewport as the compositor draws it, encoded as env.screenshot_* say, by
         Chromium's Page.captureScreenshot on a session of the page's own, over the
         lease's uncompressed DevTools channel (``rollout.env.devtools``: Playwright's
@@ -347,8 +347,9 @@ class PlaywrightBackend:
         caret, round trips each) for nothing a policy would see. Errors come as
         Playwright's, so ``act`` explains them as it does any other. With the
         environment's frame clock (env.frame_clock, ``rollout.env.frames``) the image is
-        of a frame drawn at once instead: no wait for Chromium's next frames (``again``:
-        as ``FrameClock.frame`` takes it; its ``NoImage`` is raised as it is)."""
+        of a frame drawn at once instead: no wait for Chromium's next frames (``again``
+        and ``answered``, a call into the page just returned: as ``FrameClock.frame``
+        takes them; its ``NoImage`` is raised as it is)."""
         page, o = self.page, self.shot_options
         params: dict = {"format": o.format, "optimizeForSpeed": o.fast}
         if o.format != "png":
@@ -356,7 +357,9 @@ class PlaywrightBackend:
         if self.lease.frames is not None:  # a frame drawn now, with its image
             try:
                 async with asyncio.timeout(self.timeout_ms / 1000):
-                    return await self.lease.frames.frame(page, screenshot=params, again=again)
+                    return await self.lease.frames.frame(
+                        page, screenshot=params, again=again, answered=answered
+                    )
             except NoImage:
                 raise
             except TimeoutError:
@@ -697,7 +700,7 @@ class SomBackend(PlaywrightBackend):
         text = asyncio.ensure_future(self._unmarked_text())
         try:
             try:
-                shot = await self._capture(again=False)
+                shot = await self._capture(again=False, answered=True)
             except NoImage:  # the marks off and the text read, then the marks again, for
                 page_text = await self._unmarked(text)  # a frame that has its image
                 await page.evaluate(OVERLAY_JS, view["elements"])
@@ -713,7 +716,7 @@ class SomBackend(PlaywrightBackend):
     async def _capture_then_unmark(self) -> bytes:
         """The marked page's image, its marks taken off afterwards whatever happens."""
         try:
-            return await self._capture()
+            return await self._capture(answered=True)  # the marks were drawn just now
         finally:
             await self.page.evaluate(REMOVE_OVERLAY_JS)
 
@@ -744,7 +747,7 @@ class SomBackend(PlaywrightBackend):
         """A screenshot with the last pass's marks drawn (OVERLAY_JS), then removed."""
         await self.page.evaluate(OVERLAY_JS)
         try:
-            shot = await self._capture()
+            shot = await self._capture(answered=True)
         finally:
             await self.page.evaluate(REMOVE_OVERLAY_JS)
         self.last_screenshot = shot

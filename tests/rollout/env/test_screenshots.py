@@ -2,13 +2,14 @@
 the page held still), scrolls that move nothing or glide, and the uncompressed channel."""
 
 import asyncio
+import time
 
 import pytest
 import pytest_asyncio
 from aiohttp import web
 
 from rollout.env import browser_pool, make_env
-from rollout.env.frames import IDLE_HZ, IDLE_MAX_S
+from rollout.env.frames import FRAME_TIMEOUT_S, IDLE_HZ, IDLE_MAX_S, FrameError
 from shared.config import EnvConfig, RolloutConfig, SearchConfig
 from tests.rollout.env.images import MARK_RGB, pixels
 
@@ -222,17 +223,35 @@ async def test_the_environment_s_clock_draws_frames_only_as_needed(pool, site):
         n = a.lease.frames.frames
         await asyncio.sleep(2.0)
         assert 1 <= a.lease.frames.frames - n <= 2 * 2 * IDLE_HZ
-        # a page whose script runs for 3 s: its frame and the other page's are drawn (a
-        # frame not drawn in FRAME_TIMEOUT_S raises), not held until the script ends
-        await pb.evaluate(
-            "setTimeout(() => { const t = Date.now(); while (Date.now() - t < 3000) {} }, 0)"
+        # a page whose script runs for 5 s (a DOM change first: its next frame needs the
+        # main thread): Chromium draws its frame only when the script ends, and while that
+        # frame waits no other page may draw. Its frame is given up in FRAME_TIMEOUT_S;
+        # the other page's frames, and a step with its screenshot, are drawn meanwhile
+        began = await pb.evaluate(
+            """setTimeout(() => { document.body.style.background = 'rgb(0, 0, 200)';
+               const t = Date.now(); while (Date.now() - t < 5000) {} }, 0), Date.now()"""
         )
-        await asyncio.sleep(0.1)
-        await b.lease.frames.frame(pb)
-        await a.lease.frames.frame(pa)
-        assert await pa.evaluate("1") == 1
+        busy = asyncio.ensure_future(b.lease.frames.frame(pb))
+        for _ in range(5):
+            await a.lease.frames.frame(pa)  # FrameError if not drawn in FRAME_TIMEOUT_S
         o = (await a.env.step('scroll("down")')).observation
         assert o.error is None and pixels(o.screenshot, MARK_RGB) > 0
+        with pytest.raises(FrameError, match="busy in a script"):
+            await busy
+        assert time.time() * 1000 < began + 5000, "all of it while page b was busy"
+        # once the script has ended, the busy page draws again
+        await asyncio.sleep(max(0.0, (began + 5000) / 1000 - time.time()))
+        await b.lease.frames.frame(pb)
+        assert await pb.evaluate("1") == 1
+        # a frame the browser has not answered (one asked for just as its page began a
+        # long script) holds the others' frames: for FRAME_TIMEOUT_S at most, not for ever
+        loop = asyncio.get_running_loop()
+        async with a.lease.frames._lock:
+            t = loop.time()
+            with pytest.raises(FrameError, match="another page's frame"):
+                await a.lease.frames.frame(pa)
+            assert FRAME_TIMEOUT_S <= loop.time() - t < FRAME_TIMEOUT_S + 1.0
+        await a.lease.frames.frame(pa)
 
 
 async def test_a_frame_drawn_while_a_new_renderer_starts_still_gives_its_screenshot(pool, site):
@@ -283,8 +302,8 @@ async def test_a_frame_without_its_image_still_gives_a_marked_shot_and_the_text(
         frames, real = e.lease.frames, e.lease.frames._draw
         dropped = []
 
-        async def first_without_image(page, params):
-            r = await real(page, params)
+        async def first_without_image(page, params, answered=False):
+            r = await real(page, params, answered)
             if "screenshot" in params and not dropped:
                 dropped.append(r.pop("screenshotData"))
             return r
@@ -327,10 +346,10 @@ async def test_a_frame_of_the_clock_s_own_begun_before_a_quiet_spell_is_drawn_be
         frames, real = lease.frames, lease.frames._draw
         begun = asyncio.Event()
 
-        async def slow(page, params):
+        async def slow(page, params, answered=False):
             begun.set()
             await asyncio.sleep(0.5)
-            return await real(page, params)
+            return await real(page, params, answered)
 
         frames._draw = slow
         async with frames.acting():  # the clock's own frames at once
