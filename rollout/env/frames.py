@@ -108,6 +108,7 @@ class FrameClock:
         self._lock = lock if lock is not None else asyncio.Lock()
         self.acting_interval, self.idle_interval = 1.0 / acting_hz, 1.0 / idle_hz
         self._targets: dict[Page, _Target] = {}
+        self._attaching = asyncio.Lock()  # pages' sessions are attached one at a time
         self._tasks: dict[Page, asyncio.Task] = {}
         self._acting = 0
         self._quiet = 0
@@ -306,12 +307,16 @@ class FrameClock:
             dt = await self._devtools()
         except (OSError, aiohttp.ClientError, TimeoutError) as e:
             raise FrameError(f"cannot open the DevTools channel: {e}") from None
-        if target is None or target.devtools is not dt:
-            try:
-                session = await dt.attach(await page_target_id(self.context, page))
-            except (PlaywrightError, DevToolsError) as e:
-                raise FrameError(f"cannot reach the page's target: {e}") from None
-            target = self._targets[page] = _Target(session, dt)
+        if target is not None and target.devtools is dt:
+            return target
+        async with self._attaching:  # a tick's frame and a screenshot's: one session
+            target = self._targets.get(page)
+            if target is None or target.devtools is not dt:
+                try:
+                    session = await dt.attach(await page_target_id(self.context, page))
+                except (PlaywrightError, DevToolsError) as e:
+                    raise FrameError(f"cannot reach the page's target: {e}") from None
+                target = self._targets[page] = _Target(session, dt)
         return target
 
     async def _tick(self, page: Page) -> None:

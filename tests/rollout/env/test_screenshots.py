@@ -365,3 +365,29 @@ async def test_a_frame_of_the_clock_s_own_begun_before_a_quiet_spell_is_drawn_be
             assert await page.evaluate("window.__raf") == 0
             await frames.frame(page)  # the frame asked for runs it
             assert await page.evaluate("window.__raf") == 1
+
+
+async def test_a_page_s_frames_asked_for_at_once_share_one_session(pool, site):
+    """A page's first frames (its clock's tick and an episode's screenshot, say) asked
+    for at the same moment attach one DevTools session to its target, not one each."""
+    if pool.config.frame_clock != "environment":
+        pytest.skip("the environment's frame clock")
+    async with pool.context() as lease:
+        page = await lease.context.new_page()
+        await page.goto(site + "/static")
+        dt, attached = await lease.devtools(), []
+        real = dt.attach
+
+        async def counted(target_id):
+            attached.append(target_id)
+            await asyncio.sleep(0.2)  # both frames ask while the first attach is under way
+            return await real(target_id)
+
+        async with lease.frames.quiet():  # the clock's own frames wait
+            lease.frames._targets.clear()
+            dt.attach = counted
+            shots = await asyncio.gather(
+                lease.frames.frame(page), lease.frames.frame(page, screenshot={"format": "png"})
+            )
+        assert shots[1][:4] == b"\x89PNG"
+        assert len(attached) == 1
