@@ -67,8 +67,10 @@ T = TypeVar("T")
 
 
 def _retrieved(f: asyncio.Future) -> None:
+    """Marks ``f``'s error as seen: a probe's or a frame's whose caller stopped waiting
+    (it has been told), not the event loop's to report."""
     if not f.cancelled():
-        f.exception()  # a probe's error is the frame's to report, not the loop's
+        f.exception()
 
 
 class FrameError(Exception):
@@ -234,8 +236,7 @@ class FrameClock:
                 target.devtools.send("Runtime.evaluate", _PROBE, session=target.session)
             )
             free.add_done_callback(_retrieved)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(free), max(0.0, until - loop.time()))
+            await asyncio.wait({free}, timeout=max(0.0, until - loop.time()))
             if not free.done():
                 raise FrameError(f"the page was busy in a script for {FRAME_TIMEOUT_S} s")
         await self._acquire(until)  # one frame at a time in the whole browser (__init__)
@@ -272,8 +273,7 @@ class FrameClock:
 
     def _answered(self, drawn: asyncio.Future) -> None:
         self._lock.release()
-        if not drawn.cancelled():
-            drawn.exception()  # retrieved: a caller that stopped waiting has been told
+        _retrieved(drawn)
 
     async def close(self) -> None:
         self._closed = True
