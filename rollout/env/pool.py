@@ -125,9 +125,12 @@ class Lease:
             return self._devtools
 
     async def close_devtools(self) -> None:
-        if self._devtools is not None:
-            await self._devtools.close()
-            self._devtools = None
+        """Close the channel; one being opened meanwhile (a frame clock's tick asking for
+        it) is closed once open, so no channel outlives this call."""
+        async with self._devtools_lock:
+            dt, self._devtools = self._devtools, None
+            if dt is not None:
+                await dt.close()
 
 
 class BrowserPool:

@@ -191,6 +191,20 @@ async def test_screenshots_go_over_an_uncompressed_channel_of_the_lease(pool, si
     assert e.lease._devtools is None  # closed with the lease
 
 
+async def test_a_channel_being_opened_as_the_lease_s_is_closed_does_not_outlive_it(pool, site):
+    """The frame clock's tick may be opening the channel just as it is closed: closing
+    waits for that opening and closes what it opened (before, the opening finished
+    afterwards and left an open channel, on the old port, for the next screenshot)."""
+    async with Env(pool, site, "/static", mode="playwright", screenshots=False) as e:
+        await e.lease.close_devtools()
+        opening = asyncio.create_task(e.lease.devtools())
+        await asyncio.sleep(0)  # it holds the lease's lock, connecting
+        await e.lease.close_devtools()
+        dt = await opening
+        assert dt.closed and e.lease._devtools is None
+        assert (await e.lease.devtools()) is not dt  # the next use opens another
+
+
 async def test_the_channel_follows_the_page_to_another_site_and_back(pool, site):
     """A navigation to another site moves the page to another renderer process; the
     screenshots' session on the page's target goes on showing what the page shows."""
