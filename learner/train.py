@@ -333,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--compile and --max-length go with --dry-run")
     _raise_on_sigterm()
     from learner.errors import CheckpointSaveError, RunConfigError
+    from learner.training.sharding import split_cpu
+
+    split_cpu(cfg.mesh.cpu_devices)  # before anything starts JAX's backend
 
     try:
         return train(cfg, args)

@@ -652,6 +652,14 @@ class MeshConfig:
         80.0, "Memory of one accelerator; `learner.train --dry-run` fails above it.", gt=0
     )
     num_devices: int = option(0, "Devices the dry run plans for; 0 uses the devices present.", ge=0)
+    cpu_devices: int = option(
+        0,
+        "On a host without accelerators: the devices `learner.train` and `learner.sft` split "
+        "its CPU into (JAX's `jax_num_cpu_devices`), the batch sharded over them as over "
+        "GPUs; 0 keeps JAX's one. XLA runs most of a small model's step on one thread, so "
+        "one device per core is faster on a small host (docs/results/learner.md).",
+        ge=0,
+    )
 
 
 @dataclass(frozen=True)

@@ -248,8 +248,9 @@ def train_sft(cfg: RunConfig, data: str | Path, out_dir: str | Path) -> Path:
     tokens = sum(len(ids) for ids, _ in examples)
     targets = sum(sum(mask) for _, mask in examples)
     log.info(
-        "SFT: %d chats, %d tokens (%d trained on), %d steps of %d x %d (+%d copy rows)",
-        len(examples), tokens, targets, cfg.sft.steps, rows, t, copies,
+        "SFT: %d chats, %d tokens (%d trained on), %d steps of %d x %d (+%d copy rows) "
+        "on %d device(s)",
+        len(examples), tokens, targets, cfg.sft.steps, rows, t, copies, mesh.size,
     )  # fmt: skip
     rng = np.random.default_rng(cfg.sft.seed)
     order: list[int] = []
@@ -303,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = config_from_args(args)
     setup_logging(cfg)
+    from learner.training.sharding import split_cpu
+
+    split_cpu(cfg.mesh.cpu_devices)  # before anything starts JAX's backend
     if not Path(args.data).is_file():
         print(f"learner.sft: {args.data}: no such file", file=sys.stderr)
         return 1

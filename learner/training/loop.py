@@ -76,6 +76,7 @@ class Trainer:
         self.trackers = open_trackers(cfg, self.run_dir) if primary else Trackers((), cfg.logging)
         self.model, self.tokenizer_dir = build_model(cfg)
         self.mesh = make_mesh(cfg.mesh)
+        log.info("mesh %s on %d device(s)", dict(self.mesh.shape), self.mesh.size)
         multiple = rows_multiple(self.mesh) * cfg.learner.micro_batches
         self.multiple = multiple
         self.rows = _round_up(cfg.learner.groups_per_step * cfg.rollout.group_size, multiple)

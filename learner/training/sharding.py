@@ -8,6 +8,7 @@ tensor axis of 4), so any mesh shape loads any model.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import jax
@@ -32,6 +33,23 @@ RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("head_dim", None),
     ("norm", None),
 )
+
+
+def split_cpu(n: int) -> None:
+    """Give JAX's CPU backend ``n`` devices (``mesh.cpu_devices``; 0 leaves its default).
+
+    Must run before the backend starts (the first array or ``jax.devices()``): a process
+    whose backend is already up with another count keeps it, with a warning."""
+    if not n:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # the backend is up: the count cannot change any more
+        have = len(jax.devices("cpu"))
+        if have != n:
+            logging.getLogger("learner").warning(
+                "mesh.cpu_devices=%d not applied: JAX's CPU backend had started with %d", n, have
+            )
 
 
 def make_mesh(cfg: MeshConfig | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -279,6 +279,55 @@ def test_copy_exercise_runs_before_sft_and_its_rows_ride_along(demos, tmp_path):
     assert all("copy_loss" in x and "action_loss" in x for x in sft)
 
 
+@pytest.mark.multiprocess
+def test_sft_splits_the_cpu_into_the_configured_devices(demos, tmp_path):
+    """``mesh.cpu_devices`` gives ``learner.sft``'s process that many CPU devices, the
+    batch sharded over them, and its checkpoint loads in a process of another count."""
+    from learner.training.checkpoint import Checkpointer
+
+    _, data, _ = demos
+    sets = {
+        "env.prompt": "compact", "inference.observation_tokens": 64,
+        "inference.max_context_tokens": 512, "learner.length_buckets": "[512]",
+        "sft.steps": 10, "sft.batch_size": 3, "sft.copy_rows": 0,
+    }  # fmt: skip
+    runs = {}
+    for n in (0, 2):
+        cmd = [
+            sys.executable,
+            "-m",
+            "learner.sft",
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / f"d{n}"),
+        ]
+        for k, v in {**sets, "mesh.cpu_devices": n}.items():
+            cmd += ["--set", f"{k}={v}"]
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs[n] = p.stderr
+    # 3 rows: one device takes them; two take 4 (the rows a multiple of the devices)
+    assert "10 steps of 3 x 512 (+0 copy rows) on 1 device(s)" in runs[0]
+    assert "10 steps of 4 x 512 (+0 copy rows) on 2 device(s)" in runs[2]
+    with Checkpointer(tmp_path / "d2" / "checkpoints") as ckpt:
+        params = ckpt.restore(with_opt_state=False).params
+    assert params and all(np.isfinite(np.asarray(v)).all() for v in params.values())
+
+
+def test_cpu_devices_asked_for_once_jax_has_started_are_a_warning(caplog):
+    import jax
+
+    from learner.training.sharding import split_cpu
+
+    have = len(jax.devices("cpu"))  # the backend is up in this process
+    split_cpu(have)  # the count it has: nothing to say
+    assert not caplog.records
+    split_cpu(have + 1)
+    assert f"mesh.cpu_devices={have + 1} not applied" in caplog.text
+    assert len(jax.devices("cpu")) == have
+
+
 def test_sft_starts_from_init_checkpoint(demos, tmp_path):
     from learner.embedded.sft import train_sft
     from learner.training.checkpoint import Checkpointer
